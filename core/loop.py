@@ -1,0 +1,503 @@
+"""The agent loop: pi's ReAct loop, in Python.
+
+Owns: `run_agent`, `AgentContext`, `LoopConfig` and `RunControl` (steering, follow-ups and
+cancellation fed by the caller while a run works). The event order is drawn in `core.events`.
+
+Rules (DESIGN.md §3):
+- Unknown tool, invalid arguments, a raising tool, a tool timeout: error observations for the
+  model, never exceptions.
+- Tool calls of one assistant message run concurrently unless any is `sequential`; results are
+  appended in the order the model wrote the calls.
+- A reply cut off by the output limit (`length`) does not execute its tool calls; each gets an
+  error result asking the model to re-issue it.
+- Cancellation is cooperative and immediate: the model stream is closed, running tools are
+  cancelled, every started call gets a result, and the run ends with an `aborted` assistant
+  message. Nothing is left half-written.
+- Steering messages are injected after the current tool batch (never skipping calls the model
+  made), before the next model call; follow-ups queued when the loop would stop start a turn.
+- A turn cap ends a runaway run with a clear message.
+
+Cost per turn is independent of the history's length: the history is repaired once when the run
+starts and then only appended to.
+
+Must not: import anything of ours outside `core`; raise for anything a model or tool does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, assert_never
+
+from pydantic import ValidationError
+
+from core.events import (
+    AgentEnd,
+    AgentEvent,
+    AgentStart,
+    EndReason,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+    TurnEnd,
+    TurnStart,
+)
+from core.history import is_replayable, repair_history
+from core.messages import (
+    AssistantMessage,
+    Author,
+    Message,
+    Text,
+    ToolCall,
+    ToolResultMessage,
+)
+from core.models.base import (
+    Model,
+    ModelRequest,
+    StreamEnd,
+    StreamStart,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+)
+from core.tools import AnyTool, CancelSignal, ToolContext, ToolError, ToolResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TURNS = 50
+ABORTED_TEXT = "Stopped on request."
+LENGTH_TEXT = (
+    "Your reply hit the output token limit before this tool call was complete, so it was not "
+    "executed. Issue the call again, with smaller arguments if they were long (for example, "
+    "write a large file in several parts)."
+)
+CANCELLED_TOOL_TEXT = "The run was stopped before this tool finished; its outcome is unknown."
+
+
+@dataclass(slots=True)
+class AgentContext:
+    """What a run starts from: the system prompt, the history and the tools."""
+
+    system_prompt: str
+    messages: list[Message]
+    tools: Sequence[AnyTool] = ()
+
+
+@dataclass(slots=True)
+class LoopConfig:
+    max_turns: int = DEFAULT_MAX_TURNS
+    max_tokens: int | None = None
+    workspace: Path = field(default_factory=Path.cwd)
+    caller: Author | None = None
+    conversation_key: str | None = None
+
+
+class RunControl:
+    """The caller's handle on a run in progress: steer it, queue follow-ups, cancel it.
+
+    Safe to use before the run starts and after it ended (late messages simply stay queued;
+    `take_pending` returns them so the caller can deliver them to the next run).
+    """
+
+    def __init__(self) -> None:
+        self.signal = CancelSignal()
+        self._steering: list[Message] = []
+        self._follow_ups: list[Message] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def steer(self, message: Message) -> None:
+        """Deliver `message` after the current tool batch, before the next model call."""
+        self._steering.append(message)
+
+    def follow_up(self, message: Message) -> None:
+        """Deliver `message` when the run would otherwise stop."""
+        self._follow_ups.append(message)
+
+    def cancel(self, reason: str = ABORTED_TEXT) -> None:
+        """Stop the run now. The run still ends with its events (an `aborted` message)."""
+        if self.signal.cancelled:
+            return
+        self.signal.cancel(reason)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.signal.cancelled
+
+    def take_steering(self) -> list[Message]:
+        taken, self._steering = self._steering, []
+        return taken
+
+    def take_follow_ups(self) -> list[Message]:
+        taken, self._follow_ups = self._follow_ups, []
+        return taken
+
+    def take_pending(self) -> list[Message]:
+        """Everything queued and not yet delivered, steering first."""
+        return self.take_steering() + self.take_follow_ups()
+
+    def _attach(self, task: asyncio.Task[None]) -> None:
+        self._task = task
+        if self.signal.cancelled:
+            task.cancel()
+
+
+async def run_agent(
+    context: AgentContext,
+    model: Model,
+    *,
+    control: RunControl | None = None,
+    config: LoopConfig | None = None,
+) -> AsyncIterator[AgentEvent]:
+    """Run the loop and yield its events. Always ends with exactly one `AgentEnd`.
+
+    Closing the iterator early cancels the run.
+    """
+    control = control or RunControl()
+    queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
+    run = _Run(context, model, control, config or LoopConfig(), queue.put_nowait)
+    task = asyncio.create_task(run.execute(), name="agent-loop")
+    control._attach(task)
+    try:
+        while True:
+            event = await queue.get()
+            if event is None:
+                break
+            yield event
+    finally:
+        if not task.done():
+            control.cancel("The run was abandoned by its caller.")
+            with suppress(asyncio.CancelledError):
+                await task
+    # A bug in the loop itself (never a model or tool failure) surfaces here.
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+class _Aborted(Exception):
+    """Raised inside a run once its cancellation has been handled and recorded."""
+
+
+class _Run:
+    def __init__(
+        self,
+        context: AgentContext,
+        model: Model,
+        control: RunControl,
+        config: LoopConfig,
+        emit: Callable[[AgentEvent | None], None],
+    ) -> None:
+        self.context = context
+        self.model = model
+        self.control = control
+        self.config = config
+        self.emit = emit
+        self.tools: dict[str, AnyTool] = {tool.name: tool for tool in context.tools}
+        self.tool_specs = [tool.spec() for tool in context.tools]
+        # What the next model call sends: repaired once here, then only appended to.
+        self.sendable: list[Message] = repair_history(context.messages)
+        self.added: list[Message] = []
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def execute(self) -> None:
+        self.emit(AgentStart())
+        reason: EndReason = "stop"
+        error: str | None = None
+        try:
+            reason, error = await self._turns()
+        except _Aborted:
+            reason, error = "aborted", self.control.signal.reason
+        except asyncio.CancelledError:
+            if not self._our_cancel():
+                raise
+            # Cancelled between phases: nothing is half-done, just record the abort.
+            self._finish_aborted()
+            reason, error = "aborted", self.control.signal.reason
+        finally:
+            self.emit(AgentEnd(messages=self.added, reason=reason, error_message=error))
+            self.emit(None)
+
+    async def _turns(self) -> tuple[EndReason, str | None]:
+        pending: list[Message] = []
+        turn = 0
+        while True:
+            if turn >= self.config.max_turns:
+                return "turn_limit", (
+                    f"I stopped after {self.config.max_turns} steps in one go (the turn limit). "
+                    "Tell me to continue if you want me to keep going."
+                )
+            turn += 1
+            self.emit(TurnStart(turn=turn))
+            for message in pending:
+                self._add(message)
+            pending = []
+            if self.control.cancelled:
+                self._finish_aborted()
+                raise _Aborted
+            reply = await self._stream_reply()
+            self._add(reply, started=True)
+            if reply.stop_reason in ("error", "aborted"):
+                self.emit(TurnEnd(turn=turn, message=reply, tool_results=[]))
+                if reply.stop_reason == "aborted":
+                    raise _Aborted
+                return "error", reply.error_message
+            calls = reply.tool_calls()
+            results: list[ToolResultMessage] = []
+            if calls:
+                if reply.stop_reason == "length":
+                    results = self._refuse_cut_off_calls(calls)
+                else:
+                    results = await self._execute_batch(calls, turn, reply)
+                for result in results:
+                    self._add(result)
+            self.emit(TurnEnd(turn=turn, message=reply, tool_results=results))
+            pending = self.control.take_steering()
+            if pending or calls:
+                continue
+            pending = self.control.take_follow_ups()
+            if not pending:
+                return "stop", None
+
+    def _add(self, message: Message, *, started: bool = False) -> None:
+        """Record a completed message and announce it (`started`: its start was announced)."""
+        if not started:
+            self.emit(MessageStart(message=message))
+        self.added.append(message)
+        if is_replayable(message):
+            self.sendable.append(message)
+        self.emit(MessageEnd(message=message))
+
+    def _our_cancel(self) -> bool:
+        """True if a CancelledError came from `RunControl.cancel`; clears it so cleanup can
+        await. Any other cancellation (the process shutting down) is left to propagate."""
+        if not self.control.cancelled:
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            while task.cancelling():
+                task.uncancel()
+        return True
+
+    def _finish_aborted(self, partial: AssistantMessage | None = None) -> None:
+        """End the run with an `aborted` assistant message (the partial reply, if any)."""
+        message = partial or AssistantMessage(
+            model=self.model.info.id, provider=self.model.info.provider
+        )
+        message.stop_reason = "aborted"
+        message.error_kind = "aborted"
+        message.error_message = self.control.signal.reason or ABORTED_TEXT
+        self._add(message, started=partial is not None)
+
+    # -- the model -------------------------------------------------------------------------
+
+    async def _stream_reply(self) -> AssistantMessage:
+        request = ModelRequest(
+            system_prompt=self.context.system_prompt,
+            messages=list(self.sendable),
+            tools=self.tool_specs,
+            max_tokens=self.config.max_tokens,
+        )
+        partial: AssistantMessage | None = None
+        final: AssistantMessage | None = None
+        try:
+            async with aclosing(self.model.stream(request)) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    match event:
+                        case StreamStart():
+                            if partial is None:
+                                partial = event.partial
+                                self.emit(MessageStart(message=partial))
+                        case TextDelta() | ThinkingDelta() | ToolCallDelta():
+                            if partial is None:
+                                partial = event.partial
+                                self.emit(MessageStart(message=partial))
+                            self.emit(MessageUpdate(message=event.partial, delta=event))
+                        case StreamEnd():
+                            final = event.message
+                        case _:
+                            assert_never(event)
+        except asyncio.CancelledError:
+            if not self._our_cancel():
+                raise
+            self._finish_aborted(partial.model_copy(deep=True) if partial else None)
+            raise _Aborted from None
+        except Exception as exc:  # a Model that broke its contract; still not our caller's problem
+            log.exception("model %s raised instead of returning an error", self.model.info.id)
+            final = self._error_reply(f"The model failed unexpectedly ({type(exc).__name__}).")
+        if final is None:
+            final = self._error_reply("The model's reply ended without a final message.")
+        if partial is None:
+            self.emit(MessageStart(message=final))
+        return final
+
+    def _error_reply(self, text: str) -> AssistantMessage:
+        return AssistantMessage(
+            model=self.model.info.id,
+            provider=self.model.info.provider,
+            stop_reason="error",
+            error_kind="other",
+            error_message=text,
+        )
+
+    # -- tools -----------------------------------------------------------------------------
+
+    def _refuse_cut_off_calls(self, calls: list[ToolCall]) -> list[ToolResultMessage]:
+        results = []
+        for call in calls:
+            self.emit(ToolExecutionStart(call.id, call.name, call.arguments))
+            result = _error_result(call, LENGTH_TEXT, {"reason": "length"})
+            self.emit(ToolExecutionEnd(call.id, call.name, result, 0.0))
+            results.append(result)
+        return results
+
+    async def _execute_batch(
+        self, calls: list[ToolCall], turn: int, reply: AssistantMessage
+    ) -> list[ToolResultMessage]:
+        results: dict[str, ToolResultMessage] = {}
+        runnable: list[tuple[ToolCall, AnyTool, Any]] = []
+        for call in calls:
+            self.emit(ToolExecutionStart(call.id, call.name, call.arguments))
+            prepared = self._prepare(call)
+            if isinstance(prepared, ToolResultMessage):
+                self.emit(ToolExecutionEnd(call.id, call.name, prepared, 0.0))
+                results[call.id] = prepared
+            else:
+                runnable.append((call, prepared[0], prepared[1]))
+
+        sequential = any(tool.execution_mode == "sequential" for _, tool, _ in runnable)
+        tasks: dict[str, asyncio.Task[ToolResultMessage]] = {}
+        try:
+            if sequential:
+                for call, tool, params in runnable:
+                    tasks[call.id] = asyncio.ensure_future(self._run_tool(call, tool, params))
+                    results[call.id] = await tasks[call.id]
+            else:
+                for call, tool, params in runnable:
+                    tasks[call.id] = asyncio.ensure_future(self._run_tool(call, tool, params))
+                if tasks:
+                    await asyncio.wait(tasks.values())
+                for call_id, done in tasks.items():
+                    results[call_id] = done.result()
+        except asyncio.CancelledError:
+            await self._cancel_tools(list(tasks.values()))
+            if not self._our_cancel():
+                raise
+            ordered = []
+            for call in calls:
+                result = results.get(call.id)
+                ran = tasks.get(call.id)
+                if result is None and ran is not None and ran.done() and not ran.cancelled():
+                    result = ran.result()
+                if result is None:
+                    result = _error_result(call, CANCELLED_TOOL_TEXT, {"cancelled": True})
+                    self.emit(ToolExecutionEnd(call.id, call.name, result, 0.0))
+                ordered.append(result)
+            for result in ordered:
+                self._add(result)
+            self.emit(TurnEnd(turn=turn, message=reply, tool_results=ordered))
+            self._finish_aborted()
+            raise _Aborted from None
+        return [results[call.id] for call in calls]
+
+    @staticmethod
+    async def _cancel_tools(tasks: list[asyncio.Task[ToolResultMessage]]) -> None:
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def _prepare(self, call: ToolCall) -> tuple[AnyTool, Any] | ToolResultMessage:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            available = ", ".join(sorted(self.tools)) or "none"
+            return _error_result(
+                call,
+                f"Tool '{call.name}' not found. Available tools: {available}.",
+                {"reason": "unknown_tool"},
+            )
+        try:
+            params = tool.parameters.model_validate(call.arguments)
+        except ValidationError as exc:
+            return _error_result(
+                call, _describe_invalid_arguments(call, exc), {"reason": "invalid_arguments"}
+            )
+        return tool, params
+
+    async def _run_tool(self, call: ToolCall, tool: AnyTool, params: Any) -> ToolResultMessage:
+        def on_update(partial: ToolResult) -> None:
+            self.emit(ToolExecutionUpdate(call.id, call.name, partial))
+
+        ctx = ToolContext(
+            call_id=call.id,
+            workspace=self.config.workspace,
+            signal=self.control.signal,
+            on_update=on_update,
+            caller=self.config.caller,
+            conversation_key=self.config.conversation_key,
+        )
+        started = time.monotonic()
+        is_error = False
+        details: Any = None
+        try:
+            async with asyncio.timeout(tool.timeout_s) as deadline:
+                outcome = await tool.execute(call.id, params, ctx)
+            content, details = outcome.content, outcome.details
+        except ToolError as exc:
+            is_error, details = True, exc.details
+            content = exc.content or [Text(text=exc.message)]
+        except TimeoutError as exc:
+            is_error = True
+            if deadline.expired():
+                text = f"Tool '{call.name}' timed out after {tool.timeout_s:g} s and was stopped."
+                details = {"reason": "timeout", "timeout_s": tool.timeout_s}
+            else:
+                text = f"Tool '{call.name}' failed: TimeoutError: {exc}"
+            content = [Text(text=text)]
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("tool %s raised", call.name, exc_info=True)
+            is_error = True
+            content = [Text(text=f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}")]
+        result = ToolResultMessage(
+            tool_call_id=call.id,
+            tool_name=call.name,
+            content=content,
+            details=details,
+            is_error=is_error,
+        )
+        self.emit(ToolExecutionEnd(call.id, call.name, result, time.monotonic() - started))
+        return result
+
+
+def _error_result(call: ToolCall, text: str, details: Any = None) -> ToolResultMessage:
+    return ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=[Text(text=text)],
+        details=details,
+        is_error=True,
+    )
+
+
+def _describe_invalid_arguments(call: ToolCall, exc: ValidationError) -> str:
+    lines = [f"Invalid arguments for tool '{call.name}':"]
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "(arguments)"
+        lines.append(f"  - {where}: {error['msg']}")
+    echoed = json.dumps(call.arguments, ensure_ascii=False, default=str)
+    if len(echoed) > 2000:
+        echoed = echoed[:2000] + "…"
+    lines.append(f"Arguments received: {echoed}")
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""The store's contract: what the runner may ask of persisted conversations.
+
+Owns: the `ConversationStore` protocol and the records it returns. Every backend (SQLite now;
+PostgreSQL could follow as another module) implements this protocol, so callers never change.
+Records carry `core` messages, never rows; nothing outside `storage/` writes SQL.
+
+Must not: import `tools` or `bots`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias
+
+from core.messages import Message, Usage
+
+RunOutcome: TypeAlias = Literal["running", "done", "error", "aborted", "interrupted"]
+
+
+@dataclass(slots=True, frozen=True)
+class Conversation:
+    id: int
+    key: str  # e.g. "slack:T1:C1:1700000000.000100", "terminal:default"
+    channel_key: str  # the workspace scope: threads of one channel share it
+    title: str | None
+    settings: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+@dataclass(slots=True, frozen=True)
+class StoredMessage:
+    seq: int  # 1-based position in the conversation, gap-free
+    message: Message
+
+
+@dataclass(slots=True, frozen=True)
+class Compaction:
+    """A summary standing in for every message with `seq <= up_to_seq`."""
+
+    id: int
+    conversation_id: int
+    summary: str
+    up_to_seq: int
+    created_at: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class LoadedConversation:
+    """What a run starts from: the latest compaction (if any) and the messages after it."""
+
+    conversation: Conversation
+    compaction: Compaction | None
+    messages: list[StoredMessage]
+
+    @property
+    def last_seq(self) -> int:
+        if self.messages:
+            return self.messages[-1].seq
+        return self.compaction.up_to_seq if self.compaction else 0
+
+
+@dataclass(slots=True, frozen=True)
+class RunRecord:
+    id: int
+    conversation_id: int
+    conversation_key: str
+    outcome: RunOutcome
+    started_at: float
+    finished_at: float | None
+    user_id: str | None
+    channel_key: str | None
+    model: str | None
+    usage: Usage
+    error: str | None
+    surface_ref: dict[str, Any]  # where the run was shown (so a restart can report there)
+
+
+class SchemaError(RuntimeError):
+    """The database is not ours, or was written by a newer Teammate."""
+
+
+class ConversationStore(Protocol):
+    """Persisted conversations. All methods commit before they return."""
+
+    async def close(self) -> None: ...
+
+    # conversations
+    async def get_or_create_conversation(
+        self, key: str, *, channel_key: str, title: str | None = None
+    ) -> Conversation: ...
+    async def get_conversation(self, key: str) -> Conversation | None: ...
+    async def update_conversation(
+        self,
+        conversation_id: int,
+        *,
+        title: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> Conversation: ...
+
+    # messages: append-only, each committed when appended
+    async def append_message(
+        self, conversation_id: int, message: Message, *, run_id: int | None = None
+    ) -> StoredMessage: ...
+    async def load(self, conversation_id: int) -> LoadedConversation: ...
+    async def messages_after(self, conversation_id: int, seq: int) -> list[StoredMessage]: ...
+    async def message_count(self, conversation_id: int) -> int: ...
+
+    # deliveries: durable de-duplication of incoming platform events
+    async def claim_delivery(self, delivery_id: str) -> bool:
+        """True the first time `delivery_id` is claimed, False for every repeat."""
+        ...
+
+    async def prune_deliveries(self, older_than_s: float) -> int: ...
+
+    # runs
+    async def start_run(
+        self,
+        conversation_id: int,
+        *,
+        user_id: str | None = None,
+        channel_key: str | None = None,
+        model: str | None = None,
+        surface_ref: dict[str, Any] | None = None,
+    ) -> RunRecord: ...
+    async def finish_run(
+        self, run_id: int, outcome: RunOutcome, *, error: str | None = None
+    ) -> RunRecord: ...
+    async def running_runs(self) -> list[RunRecord]:
+        """Runs still marked running: at start-up, the ones a crash interrupted."""
+        ...
+
+    # compactions
+    async def add_compaction(
+        self,
+        conversation_id: int,
+        summary: str,
+        up_to_seq: int,
+        details: dict[str, Any] | None = None,
+    ) -> Compaction: ...
+
+    # the usage ledger: one entry per model reply, attributed to run, conversation, user, channel
+    async def record_usage(
+        self, run_id: int, usage: Usage, *, model: str | None = None
+    ) -> None: ...
+    async def usage_since(
+        self,
+        since: float,
+        *,
+        conversation_id: int | None = None,
+        user_id: str | None = None,
+        channel_key: str | None = None,
+    ) -> Usage: ...
