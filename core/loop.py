@@ -147,9 +147,9 @@ class RunControl:
         return self.take_steering() + self.take_follow_ups()
 
     def _attach(self, task: asyncio.Task[None]) -> None:
+        # A cancel that came before the run started is seen at its first turn; cancelling a
+        # task that has not started would skip its events altogether.
         self._task = task
-        if self.signal.cancelled:
-            task.cancel()
 
 
 async def run_agent(
@@ -161,12 +161,15 @@ async def run_agent(
 ) -> AsyncIterator[AgentEvent]:
     """Run the loop and yield its events. Always ends with exactly one `AgentEnd`.
 
-    Closing the iterator early cancels the run.
+    The run works in its own task and does not wait for the consumer: events arrive in order,
+    possibly a little after they happened. Closing the iterator early cancels the run.
     """
     control = control or RunControl()
     queue: asyncio.Queue[AgentEvent | None] = asyncio.Queue()
     run = _Run(context, model, control, config or LoopConfig(), queue.put_nowait)
     task = asyncio.create_task(run.execute(), name="agent-loop")
+    # However the run task ends, the consumer below is released.
+    task.add_done_callback(lambda _: queue.put_nowait(None))
     control._attach(task)
     try:
         while True:
