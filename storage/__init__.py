@@ -1,0 +1,29 @@
+"""Persisted conversations: the `ConversationStore` contract and its SQLite backend.
+
+Callers depend on `ConversationStore` and the records in `storage.base`; only the entry point
+chooses a backend (`SqliteStore.open(path)`).
+"""
+
+from storage.base import (
+    Compaction,
+    Conversation,
+    ConversationStore,
+    LoadedConversation,
+    RunOutcome,
+    RunRecord,
+    SchemaError,
+    StoredMessage,
+)
+from storage.sqlite import SqliteStore
+
+__all__ = [
+    "Compaction",
+    "Conversation",
+    "ConversationStore",
+    "LoadedConversation",
+    "RunOutcome",
+    "RunRecord",
+    "SchemaError",
+    "SqliteStore",
+    "StoredMessage",
+]

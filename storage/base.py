@@ -82,7 +82,12 @@ class SchemaError(RuntimeError):
 
 
 class ConversationStore(Protocol):
-    """Persisted conversations. All methods commit before they return."""
+    """Persisted conversations. All methods commit before they return.
+
+    Each method is one transaction that runs whole or not at all, even if its caller is
+    cancelled midway (a cancelled append may still have happened). Methods given an unknown
+    conversation or run id raise `KeyError` (`messages_after` returns `[]` instead).
+    """
 
     async def close(self) -> None: ...
 
@@ -123,10 +128,17 @@ class ConversationStore(Protocol):
         channel_key: str | None = None,
         model: str | None = None,
         surface_ref: dict[str, Any] | None = None,
-    ) -> RunRecord: ...
+    ) -> RunRecord:
+        """Record a run as "running"; `channel_key` defaults to the conversation's."""
+        ...
+
     async def finish_run(
         self, run_id: int, outcome: RunOutcome, *, error: str | None = None
-    ) -> RunRecord: ...
+    ) -> RunRecord:
+        """Close a run, totalling its usage from the ledger. The first finish wins: finishing
+        a finished run returns it unchanged. `outcome="running"` raises `ValueError`."""
+        ...
+
     async def running_runs(self) -> list[RunRecord]:
         """Runs still marked running: at start-up, the ones a crash interrupted."""
         ...

@@ -1,0 +1,179 @@
+"""How fast the SQLite store appends and loads, at realistic message sizes.
+
+Run: `uv run python benchmarks/storage.py`. Prints the conditions, a table, and last one JSON
+line with `append_ms_at_10`, `append_ms_at_10000`, `load_ms_10000`,
+`appends_per_s_200_concurrent`. Targets: append at 10,000 within 1.5x of append at 10;
+loading 10,000 messages under 150 ms. A measurement, not a test: CI does not run it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+# This file shares its name with the package it measures: let `import storage` find the package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import sqlite3  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from importlib.metadata import version  # noqa: E402
+
+from core.messages import (  # noqa: E402
+    AssistantMessage,
+    Author,
+    Message,
+    Text,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    dump_message,
+)
+from storage.sqlite import SqliteStore  # noqa: E402
+
+BIG = 10_000
+SAMPLES = 200
+CONCURRENT_CONVERSATIONS = 200
+CONCURRENT_APPENDS_EACH = 25
+_PROSE = (
+    "deploy the staging branch and check why the migration test fails on CI again because "
+    "the fixture path changed last week please read config yaml and compare with main"
+)
+_WORDS = _PROSE.split()
+
+
+def realistic_message(i: int, rng: random.Random) -> Message:
+    """A thread's rhythm: a person asks, the model calls a tool, the tool answers."""
+
+    def words(n: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+    match i % 3:
+        case 0:
+            return UserMessage(
+                content=words(rng.randint(10, 80)),
+                author=Author(id=f"U0{rng.randint(1, 9)}ABCDEF", name="Ada Lovelace"),
+                platform_message_id=f"1700000{i:06d}.000100",
+            )
+        case 1:
+            return AssistantMessage(
+                content=[
+                    Text(text=words(rng.randint(5, 40))),
+                    ToolCall(
+                        id=f"toolu_01{i:020d}",
+                        name="read",
+                        arguments={"path": f"src/app/module_{i % 50}.py", "offset": 1},
+                    ),
+                ],
+                model="claude-sonnet-4-6",
+                provider="anthropic",
+                usage=Usage(input=1200, output=85, cache_read=15000, cost=0.0071),
+                stop_reason="tool_use",
+            )
+        case _:
+            return ToolResultMessage(
+                tool_call_id=f"toolu_01{i - 1:020d}",
+                tool_name="read",
+                content=[Text(text=words(rng.randint(30, 120)))],
+                details={"lines": rng.randint(10, 400), "truncated": False},
+            )
+
+
+async def run(directory: str) -> dict[str, float]:
+    rng = random.Random(7)
+    messages = [realistic_message(i, rng) for i in range(BIG + SAMPLES)]
+    sizes = [len(dump_message(m)) for m in messages]
+
+    async with SqliteStore.open(Path(directory) / "bench.db") as store:
+        big = await store.get_or_create_conversation("bench:big", channel_key="bench")
+        for message in messages[: BIG - SAMPLES]:
+            await store.append_message(big.id, message)
+        small_ids = []
+        for n in range(SAMPLES):
+            small = await store.get_or_create_conversation(f"bench:small:{n}", channel_key="b")
+            for message in messages[:9]:
+                await store.append_message(small.id, message)
+            small_ids.append(small.id)
+
+        # Interleaved, so both sizes see the same file, cache and machine state.
+        at_10: list[float] = []
+        at_big: list[float] = []
+        for n in range(SAMPLES):
+            start = time.perf_counter()
+            await store.append_message(small_ids[n], messages[9])
+            at_10.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            stored = await store.append_message(big.id, messages[BIG - SAMPLES + n])
+            at_big.append((time.perf_counter() - start) * 1000)
+        assert stored.seq == BIG
+
+        loads: list[float] = []
+        for _ in range(10):
+            start = time.perf_counter()
+            loaded = await store.load(big.id)
+            loads.append((time.perf_counter() - start) * 1000)
+            assert len(loaded.messages) == BIG
+
+        async def converse(n: int) -> None:
+            conversation = await store.get_or_create_conversation(
+                f"bench:concurrent:{n}", channel_key="c"
+            )
+            for i in range(CONCURRENT_APPENDS_EACH):
+                await store.append_message(conversation.id, messages[i])
+
+        start = time.perf_counter()
+        await asyncio.gather(*(converse(n) for n in range(CONCURRENT_CONVERSATIONS)))
+        concurrent_s = time.perf_counter() - start
+        total = CONCURRENT_CONVERSATIONS * CONCURRENT_APPENDS_EACH
+
+    def p95(values: list[float]) -> float:
+        return sorted(values)[int(len(values) * 0.95) - 1]
+
+    rows = [
+        ("append, conversation at 10", statistics.median(at_10), p95(at_10), len(at_10)),
+        ("append, conversation at 10,000", statistics.median(at_big), p95(at_big), len(at_big)),
+        ("load 10,000 messages", statistics.median(loads), p95(loads), len(loads)),
+    ]
+    print(f"messages: median {statistics.median(sizes):.0f} B, max {max(sizes)} B as JSON")
+    print()
+    print(f"{'measure':<34}{'median ms':>11}{'p95 ms':>10}{'n':>6}")
+    for name, median, high, n in rows:
+        print(f"{name:<34}{median:>11.3f}{high:>10.3f}{n:>6}")
+    print(
+        f"{'200 conversations appending':<34}{total / concurrent_s:>11.0f} appends/s "
+        f"({total} appends in {concurrent_s:.2f} s)"
+    )
+    ratio = statistics.median(at_big) / statistics.median(at_10)
+    print(f"append at 10,000 / at 10: {ratio:.2f}x (target <= 1.5x)")
+    print(f"load 10,000: {statistics.median(loads):.1f} ms (target < 150 ms)")
+    return {
+        "append_ms_at_10": round(statistics.median(at_10), 4),
+        "append_ms_at_10000": round(statistics.median(at_big), 4),
+        "load_ms_10000": round(statistics.median(loads), 2),
+        "appends_per_s_200_concurrent": round(total / concurrent_s, 1),
+    }
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="teammate-bench-") as directory:
+        print(f"python {platform.python_version()} ({platform.python_implementation()})")
+        print(f"sqlite {sqlite3.sqlite_version}, aiosqlite {version('aiosqlite')}")
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
+        print(f"temp dir: {directory}")
+        print("pragmas: journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON")
+        print()
+        figures = asyncio.run(run(directory))
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

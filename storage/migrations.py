@@ -1,0 +1,285 @@
+"""The SQLite schema, as named, ordered, append-only migrations.
+
+Owns: every `CREATE`/`ALTER` the SQLite store relies on, the record of which migrations a
+database has had, and the decision whether a file may be opened at all.
+
+Rules (they keep every database that ever existed upgradable):
+- A migration, once released, is never edited, renamed or reordered. Change the schema by
+  appending a new one; names are `mNNN_what_it_does` with strictly increasing numbers.
+- All pending migrations run in one `BEGIN IMMEDIATE` transaction, so an upgrade either
+  completes or leaves the database exactly as the older Teammate expects it. (SQLite DDL,
+  `PRAGMA user_version` and `PRAGMA application_id` are all transactional.)
+- A database is recognised by `PRAGMA application_id`; `PRAGMA user_version` is the number of
+  migrations applied and `_migrations` lists them by name with the time they ran.
+- Checks happen before anything is written: a file that is not SQLite, a SQLite database that is
+  not ours, or one written by a newer Teammate raises `SchemaError` and is left untouched.
+
+Must not: know about messages or the store's queries; import anything but `core` and `storage`.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import aiosqlite
+
+from storage.base import SchemaError
+
+# "Tmat" in ASCII: marks a file as a Teammate database (bytes 68-71 of the SQLite header).
+APPLICATION_ID = 0x546D6174
+
+_NAME = re.compile(r"^m(\d{3})_[a-z0-9_]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    name: str
+    apply: Callable[[aiosqlite.Connection], Awaitable[None]]
+
+
+MIGRATIONS: list[Migration] = []
+
+
+def migration(
+    fn: Callable[[aiosqlite.Connection], Awaitable[None]],
+) -> Callable[[aiosqlite.Connection], Awaitable[None]]:
+    """Append `fn` to `MIGRATIONS`; its name (`mNNN_...`) must follow the previous one's."""
+    match = _NAME.match(fn.__name__)
+    if match is None:
+        raise ValueError(f"migration {fn.__name__!r} must be named mNNN_what_it_does")
+    if int(match.group(1)) != len(MIGRATIONS) + 1:
+        raise ValueError(
+            f"migration {fn.__name__!r} is out of order: expected m{len(MIGRATIONS) + 1:03d}"
+        )
+    MIGRATIONS.append(Migration(fn.__name__, fn))
+    return fn
+
+
+async def _run(db: aiosqlite.Connection, *statements: str) -> None:
+    # One statement per call: `executescript` would COMMIT the migration's transaction.
+    for statement in statements:
+        await db.execute(statement)
+
+
+# --- the migrations, oldest first: append only ---------------------------------------------
+
+
+@migration
+async def m001_conversations_messages_runs(db: aiosqlite.Connection) -> None:
+    await _run(
+        db,
+        """
+        CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY,
+            key TEXT NOT NULL UNIQUE,
+            channel_key TEXT NOT NULL,
+            title TEXT,
+            settings TEXT NOT NULL DEFAULT '{}',
+            last_seq INTEGER NOT NULL DEFAULT 0,  -- next append is last_seq + 1: no scans
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX conversations_channel ON conversations(channel_key)",
+        """
+        CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            outcome TEXT NOT NULL
+                CHECK (outcome IN ('running', 'done', 'error', 'aborted', 'interrupted')),
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            user_id TEXT,
+            channel_key TEXT,
+            model TEXT,
+            error TEXT,
+            surface_ref TEXT NOT NULL DEFAULT '{}'
+        )
+        """,
+        "CREATE INDEX runs_conversation ON runs(conversation_id)",
+        "CREATE INDEX runs_running ON runs(started_at) WHERE outcome = 'running'",
+        """
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL CHECK (seq > 0),
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool_result')),
+            author_id TEXT,
+            author_name TEXT,
+            platform_message_id TEXT,
+            run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+            created_at REAL NOT NULL,
+            body TEXT NOT NULL,  -- the message as core.messages.dump_message JSON
+            UNIQUE (conversation_id, seq)
+        )
+        """,
+        "CREATE INDEX messages_run ON messages(run_id) WHERE run_id IS NOT NULL",
+        """
+        CREATE INDEX messages_platform_id ON messages(conversation_id, platform_message_id)
+            WHERE platform_message_id IS NOT NULL
+        """,
+        """
+        CREATE TABLE deliveries (
+            id TEXT PRIMARY KEY,
+            claimed_at REAL NOT NULL
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX deliveries_claimed_at ON deliveries(claimed_at)",
+    )
+
+
+@migration
+async def m002_compactions(db: aiosqlite.Connection) -> None:
+    await _run(
+        db,
+        """
+        CREATE TABLE compactions (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            summary TEXT NOT NULL,
+            up_to_seq INTEGER NOT NULL CHECK (up_to_seq >= 0),
+            details TEXT NOT NULL DEFAULT '{}',
+            created_at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX compactions_conversation ON compactions(conversation_id, id)",
+    )
+
+
+@migration
+async def m003_usage_ledger(db: aiosqlite.Connection) -> None:
+    await _run(
+        db,
+        """
+        CREATE TABLE usage_ledger (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            user_id TEXT,
+            channel_key TEXT,
+            model TEXT,
+            at REAL NOT NULL,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL,
+            cache_write_tokens INTEGER NOT NULL,
+            cost_usd REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX usage_ledger_at ON usage_ledger(at)",
+        "CREATE INDEX usage_ledger_run ON usage_ledger(run_id)",
+        "CREATE INDEX usage_ledger_conversation ON usage_ledger(conversation_id, at)",
+        "CREATE INDEX usage_ledger_user ON usage_ledger(user_id, at)",
+        "CREATE INDEX usage_ledger_channel ON usage_ledger(channel_key, at)",
+        # A finished run keeps its totals, so run history never re-sums the ledger.
+        "ALTER TABLE runs ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0",
+    )
+
+
+# --- checking and applying -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    """What a database says about itself. `version` is how many migrations it has had."""
+
+    version: int
+    applied: tuple[str, ...]
+    blank: bool
+
+
+async def inspect(
+    db: aiosqlite.Connection, path: str, migrations: Sequence[Migration] = MIGRATIONS
+) -> SchemaState:
+    """Read (never write) what `db` is; raise `SchemaError` unless it is ours to open."""
+    try:
+        app_id = await _pragma_int(db, "application_id")
+        version = await _pragma_int(db, "user_version")
+        rows = await db.execute_fetchall(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    except sqlite3.DatabaseError as exc:
+        raise SchemaError(
+            f"{path} is not a SQLite database ({exc}); Teammate refuses to open it and left it "
+            "untouched. Point Teammate at a new file or at its own database."
+        ) from exc
+    tables = sorted(str(row[0]) for row in rows)
+
+    if app_id == 0 and version == 0 and not tables:
+        return SchemaState(version=0, applied=(), blank=True)
+    if app_id != APPLICATION_ID:
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise SchemaError(
+            f"{path} is a SQLite database but not a Teammate one (application_id={app_id:#x}, "
+            f"tables: {shown or 'none'}); Teammate refuses to open it and left it untouched."
+        )
+
+    applied: tuple[str, ...] = ()
+    if "_migrations" in tables:
+        names = await db.execute_fetchall("SELECT name FROM _migrations ORDER BY rowid")
+        applied = tuple(str(row[0]) for row in names)
+    known = [m.name for m in migrations]
+    if version > len(known):
+        raise SchemaError(
+            f"{path} was written by a newer Teammate: schema version {version} "
+            f"(last migration {applied[-1] if applied else '?'!r}), but this build knows only "
+            f"{len(known)} (up to {known[-1]!r}). Upgrade Teammate to open it; the file was "
+            "left untouched."
+        )
+    if list(applied) != known[:version]:
+        raise SchemaError(
+            f"{path} has a migration history this build does not recognise "
+            f"(applied: {list(applied)}, expected: {known[:version]}); the file was left "
+            "untouched."
+        )
+    return SchemaState(version=version, applied=applied, blank=False)
+
+
+async def migrate(
+    db: aiosqlite.Connection, path: str, migrations: Sequence[Migration] = MIGRATIONS
+) -> list[str]:
+    """Bring `db` up to date; return the names applied (none when it already was).
+
+    `db` must be in autocommit mode (`isolation_level=None`). Safe against another process
+    migrating the same file at once: the version is re-read under the write lock.
+    """
+    state = await inspect(db, path, migrations)
+    if state.version == len(migrations):
+        return []
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        state = await inspect(db, path, migrations)
+        pending = list(migrations[state.version :])
+        await db.execute(
+            "CREATE TABLE IF NOT EXISTS _migrations ("
+            "name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+        )
+        for step in pending:
+            try:
+                await step.apply(db)
+            except sqlite3.Error as exc:
+                raise SchemaError(f"migration {step.name} failed on {path}: {exc}") from exc
+            await db.execute(
+                "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (step.name, time.time())
+            )
+        # PRAGMA takes no parameters; both values are integers we computed.
+        await db.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+        await db.execute(f"PRAGMA user_version = {len(migrations):d}")
+        await db.commit()
+    except BaseException:
+        await db.rollback()
+        raise
+    return [step.name for step in pending]
+
+
+async def _pragma_int(db: aiosqlite.Connection, name: str) -> int:
+    rows = list(await db.execute_fetchall(f"PRAGMA {name}"))
+    return int(rows[0][0])
