@@ -1,0 +1,433 @@
+"""The workspace file tools: read, write, edit, ls and find.
+
+Owns: those five tools, their parameters and how their output is bounded and worded.
+
+Every path goes through `resolve_in_workspace` (tools.workspace); file IO runs in a thread so
+the event loop never blocks. Reads are head-truncated (tools.truncation) with a notice telling
+the model how to continue.
+
+Must not: import anything of ours outside `core`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import os
+import stat
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.messages import Image, Text
+from core.tools import AgentTool, ExecutionMode, ToolContext, ToolError, ToolResult
+from tools.content import ImageError, decode_text, prepare_image, sniff_image
+from tools.globs import compile_glob, walk_files
+from tools.truncation import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINES,
+    clip_utf8,
+    format_size,
+    split_lines,
+    truncate_head,
+)
+from tools.workspace import (
+    describe_kind,
+    display_path,
+    read_regular_file,
+    resolve_in_workspace,
+    workspace_root,
+    write_regular_file,
+)
+
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_IMAGE_FILE_BYTES = 32 * 1024 * 1024
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- read ----------------------------------------------------------------------------------
+
+
+class ReadParams(_Params):
+    path: str = Field(description="Path of the file, relative to the workspace.")
+    offset: int | None = Field(
+        default=None, ge=1, description="Line number to start reading from (1 = first line)."
+    )
+    limit: int | None = Field(default=None, ge=1, description="Maximum number of lines to read.")
+
+
+class ReadTool(AgentTool[ReadParams]):
+    name: ClassVar[str] = "read"
+    label: ClassVar[str] = "Read"
+    description: ClassVar[str] = (
+        "Read a file from the workspace. Text files are returned as they are (no line numbers), "
+        f"at most {DEFAULT_MAX_LINES} lines or {DEFAULT_MAX_BYTES // 1024} KB per call, "
+        "whichever comes first; when more remains, a notice at the end gives the `offset` to "
+        "continue from. Use `offset` (1-indexed line) and `limit` to read part of a long file. "
+        "Images (PNG, JPEG, GIF, WebP, BMP, TIFF, recognised by content) are returned as images, "
+        "scaled to fit 2000×2000. Other binary files are refused."
+    )
+    parameters: ClassVar[type[BaseModel]] = ReadParams
+
+    def summarize(self, params: ReadParams) -> str:
+        if params.offset is None and params.limit is None:
+            return f"Read {params.path}"
+        start = params.offset or 1
+        end = "" if params.limit is None else str(start + params.limit - 1)
+        return f"Read {params.path}:{start}-{end}"
+
+    async def execute(self, call_id: str, params: ReadParams, ctx: ToolContext) -> ToolResult:
+        root = workspace_root(ctx.workspace)
+        path = resolve_in_workspace(ctx.workspace, params.path)
+        shown = display_path(root, path)
+        data = await asyncio.to_thread(
+            read_regular_file, path, root, shown, max_bytes=MAX_FILE_BYTES
+        )
+        if sniff_image(data[:16]) is not None:
+            return await asyncio.to_thread(_read_image, data, shown)
+        decoded = decode_text(data)
+        if decoded is None:
+            raise ToolError(
+                f"'{shown}' is a binary file ({format_size(len(data))}) and cannot be shown as "
+                "text."
+            )
+        return _read_text(decoded[0], shown, params.offset, params.limit, encoding=decoded[1])
+
+
+def _read_image(data: bytes, shown: str) -> ToolResult:
+    if len(data) > MAX_IMAGE_FILE_BYTES:
+        raise ToolError(f"'{shown}' is an image too large to read ({format_size(len(data))}).")
+    try:
+        image = prepare_image(data)
+    except ImageError as exc:
+        raise ToolError(f"'{shown}' looks like an image but {exc}.") from None
+    w, h = image.original_size
+    note = f"Image {shown} ({w}×{h}, {image.mime_type})"
+    if image.resized:
+        note += f", scaled to {image.size[0]}×{image.size[1]}"
+    return ToolResult(
+        content=[Text(text=note + "."), Image(data=image.data_b64, mime_type=image.mime_type)],
+        details={
+            "path": shown,
+            "kind": "image",
+            "mime_type": image.mime_type,
+            "original_size": list(image.original_size),
+            "size": list(image.size),
+        },
+    )
+
+
+def _read_text(
+    text: str, shown: str, offset: int | None, limit: int | None, *, encoding: str
+) -> ToolResult:
+    lines = split_lines(text)
+    total = len(lines)
+    start = (offset or 1) - 1
+    details: dict[str, Any] = {"path": shown, "kind": "text", "encoding": encoding}
+    if total == 0:
+        details.update(total_lines=0)
+        return ToolResult.text(f"({shown} is empty.)", details)
+    if start >= total:
+        raise ToolError(f"offset {start + 1} is past the end of {shown}, which has {total} lines.")
+    end = total if limit is None else min(total, start + limit)
+    selected = lines[start:end]
+    cut = truncate_head("\n".join(selected))
+    details.update(total_lines=total)
+    if cut.first_line_too_long:
+        # One line over the byte limit: show its start rather than nothing, so the model still
+        # learns what the file holds; grep can search the rest of the line.
+        line_no = start + 1
+        size = format_size(len(selected[0].encode("utf-8", "surrogatepass")))
+        body = clip_utf8(selected[0], DEFAULT_MAX_BYTES)
+        after = (
+            f"Continue with offset={line_no + 1}."
+            if line_no < total
+            else "That is the end of the file."
+        )
+        notice = (
+            f"[Line {line_no} is {size}, over the {format_size(DEFAULT_MAX_BYTES)} limit of one "
+            f"read; only its first {format_size(DEFAULT_MAX_BYTES)} is shown. Use grep to search "
+            f"inside it. {after}]"
+        )
+        details.update(lines=[line_no, line_no], truncated=True, clipped_line=True)
+        return ToolResult.text(f"{body}\n\n{notice}", details)
+    shown_first = start + 1
+    shown_last = start + cut.output_lines
+    details.update(lines=[shown_first, shown_last], truncated=cut.truncated)
+    if cut.truncated:
+        reason = (
+            f"{DEFAULT_MAX_LINES}-line limit"
+            if cut.truncated_by == "lines"
+            else f"{format_size(DEFAULT_MAX_BYTES)} limit"
+        )
+        notice = (
+            f"[Showing lines {shown_first}-{shown_last} of {total} ({reason}). "
+            f"Use offset={shown_last + 1} to continue.]"
+        )
+        return ToolResult.text(f"{cut.content}\n\n{notice}", details)
+    if end < total:
+        notice = (
+            f"[Showing lines {shown_first}-{shown_last} of {total}. "
+            f"Use offset={shown_last + 1} to continue.]"
+        )
+        return ToolResult.text(f"{cut.content}\n\n{notice}", details)
+    return ToolResult.text(cut.content, details)
+
+
+# -- write ---------------------------------------------------------------------------------
+
+
+class WriteParams(_Params):
+    path: str = Field(description="Path of the file, relative to the workspace.")
+    content: str = Field(description="The complete new content of the file.")
+
+
+class WriteTool(AgentTool[WriteParams]):
+    name: ClassVar[str] = "write"
+    label: ClassVar[str] = "Write"
+    description: ClassVar[str] = (
+        "Write a text file in the workspace (UTF-8), replacing it entirely if it exists. Missing "
+        "parent directories are created. To change part of an existing file, prefer `edit`."
+    )
+    parameters: ClassVar[type[BaseModel]] = WriteParams
+    execution_mode: ClassVar[ExecutionMode] = "sequential"
+
+    def summarize(self, params: WriteParams) -> str:
+        return f"Write {params.path}"
+
+    async def execute(self, call_id: str, params: WriteParams, ctx: ToolContext) -> ToolResult:
+        root = workspace_root(ctx.workspace)
+        path = resolve_in_workspace(ctx.workspace, params.path)
+        shown = display_path(root, path)
+        if path == root:
+            raise ToolError("The path names the workspace itself; give a file name.")
+        data = params.content.encode("utf-8", "surrogatepass")
+        created = await asyncio.to_thread(write_regular_file, path, root, shown, data)
+        verb = "Created" if created else "Overwrote"
+        return ToolResult.text(
+            f"{verb} {shown}: wrote {len(data)} bytes.",
+            {"path": shown, "bytes": len(data), "created": created},
+        )
+
+
+# -- edit ----------------------------------------------------------------------------------
+
+
+class EditParams(_Params):
+    path: str = Field(description="Path of the file, relative to the workspace.")
+    old_text: str = Field(
+        description="Exact text to replace, including whitespace and indentation. It must occur "
+        "exactly once in the file; include surrounding lines to make it unique."
+    )
+    new_text: str = Field(description="The text to put in its place.")
+
+
+class EditTool(AgentTool[EditParams]):
+    name: ClassVar[str] = "edit"
+    label: ClassVar[str] = "Edit"
+    description: ClassVar[str] = (
+        "Replace one exact piece of text in a workspace file. `old_text` must match the file "
+        "exactly (whitespace and indentation included) and occur exactly once, otherwise nothing "
+        "changes and the error says how many matches there were. Line endings (LF or CRLF) and "
+        "the file's encoding are kept. Read the file first if unsure of its current content."
+    )
+    parameters: ClassVar[type[BaseModel]] = EditParams
+    execution_mode: ClassVar[ExecutionMode] = "sequential"
+
+    def summarize(self, params: EditParams) -> str:
+        return f"Edit {params.path}"
+
+    async def execute(self, call_id: str, params: EditParams, ctx: ToolContext) -> ToolResult:
+        root = workspace_root(ctx.workspace)
+        path = resolve_in_workspace(ctx.workspace, params.path)
+        shown = display_path(root, path)
+        if not params.old_text:
+            raise ToolError("old_text is empty; give the exact text to replace.")
+        if params.old_text == params.new_text:
+            raise ToolError("old_text and new_text are identical; there is nothing to change.")
+        data = await asyncio.to_thread(
+            read_regular_file, path, root, shown, max_bytes=MAX_FILE_BYTES
+        )
+        decoded = decode_text(data)
+        if decoded is None:
+            raise ToolError(f"'{shown}' is a binary file and cannot be edited as text.")
+        text, encoding = decoded
+        crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+        old, new = params.old_text, params.new_text
+        if crlf:
+            old = old.replace("\r\n", "\n").replace("\n", "\r\n")
+            new = new.replace("\r\n", "\n").replace("\n", "\r\n")
+        count = _count_overlapping(text, old)
+        if count == 0:
+            raise ToolError(
+                f"old_text was not found in {shown}. It must match exactly, including whitespace "
+                "and indentation; read the file to see its current content."
+            )
+        if count > 1:
+            raise ToolError(
+                f"old_text occurs {count} times in {shown}; it must occur exactly once. Include "
+                "more surrounding text to make it unique."
+            )
+        at = text.index(old)
+        updated = text[:at] + new + text[at + len(old) :]
+        try:
+            encoded = updated.encode(
+                encoding, "surrogatepass" if encoding != "latin-1" else "strict"
+            )
+        except UnicodeEncodeError:
+            raise ToolError(
+                f"new_text contains characters that {shown}'s encoding ({encoding}) cannot hold."
+            ) from None
+        await asyncio.to_thread(write_regular_file, path, root, shown, encoded)
+        first_line = text.count("\n", 0, at) + 1
+        diff = "".join(
+            difflib.unified_diff(
+                text.replace("\r\n", "\n").splitlines(keepends=True),
+                updated.replace("\r\n", "\n").splitlines(keepends=True),
+                fromfile=f"a/{shown}",
+                tofile=f"b/{shown}",
+            )
+        )
+        return ToolResult.text(
+            f"Edited {shown}: replaced 1 occurrence at line {first_line}.",
+            {
+                "path": shown,
+                "diff": diff,
+                "first_changed_line": first_line,
+                "line_endings": "crlf" if crlf else "lf",
+                "encoding": encoding,
+            },
+        )
+
+
+def _count_overlapping(text: str, needle: str) -> int:
+    count, at = 0, text.find(needle)
+    while at != -1:
+        count += 1
+        at = text.find(needle, at + 1)
+    return count
+
+
+# -- ls ------------------------------------------------------------------------------------
+
+
+class LsParams(_Params):
+    path: str = Field(default=".", description="Directory to list, relative to the workspace.")
+    limit: int = Field(default=500, ge=1, le=5000, description="Maximum number of entries.")
+
+
+class LsTool(AgentTool[LsParams]):
+    name: ClassVar[str] = "ls"
+    label: ClassVar[str] = "List"
+    description: ClassVar[str] = (
+        "List a directory of the workspace (hidden entries included), sorted by name. "
+        "Directories end with '/', symbolic links with '@'. At most `limit` entries (default "
+        "500); use `find` to search a tree."
+    )
+    parameters: ClassVar[type[BaseModel]] = LsParams
+
+    def summarize(self, params: LsParams) -> str:
+        return f"List {params.path}"
+
+    async def execute(self, call_id: str, params: LsParams, ctx: ToolContext) -> ToolResult:
+        root = workspace_root(ctx.workspace)
+        path = resolve_in_workspace(ctx.workspace, params.path)
+        shown = display_path(root, path)
+        entries = await asyncio.to_thread(_list_dir, path, shown)
+        details: dict[str, Any] = {"path": shown, "total": len(entries)}
+        if not entries:
+            return ToolResult.text(f"({shown} is empty.)", details)
+        kept = entries[: params.limit]
+        text = "\n".join(kept)
+        if len(entries) > len(kept):
+            text += (
+                f"\n\n[Showing {len(kept)} of {len(entries)} entries. Raise `limit`, or use "
+                "`find` with a pattern.]"
+            )
+            details["truncated"] = True
+        return ToolResult.text(text, details)
+
+
+def _list_dir(path: Path, shown: str) -> list[str]:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ToolError(f"Directory not found: '{shown}'.") from None
+    except OSError as exc:
+        raise ToolError(f"Cannot list '{shown}': {exc.strerror}.") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise ToolError(f"'{shown}' is {describe_kind(info.st_mode)}, not a directory.")
+    names: list[str] = []
+    with os.scandir(path) as listing:
+        for entry in listing:
+            if entry.is_symlink():
+                names.append(entry.name + "@")
+            elif entry.is_dir(follow_symlinks=False):
+                names.append(entry.name + "/")
+            else:
+                names.append(entry.name)
+    names.sort(key=lambda n: (n.casefold(), n))
+    return names
+
+
+# -- find ----------------------------------------------------------------------------------
+
+
+class FindParams(_Params):
+    pattern: str = Field(
+        description="Glob pattern. Without '/' it matches names at any depth ('*.py'); with '/' "
+        "it matches the path under `path` ('src/**/test_*.py'). Supports *, ?, **, [abc], {a,b}."
+    )
+    path: str = Field(default=".", description="Directory to search, relative to the workspace.")
+    limit: int = Field(default=1000, ge=1, le=10000, description="Maximum number of results.")
+
+
+class FindTool(AgentTool[FindParams]):
+    name: ClassVar[str] = "find"
+    label: ClassVar[str] = "Find"
+    description: ClassVar[str] = (
+        "Find files and directories in the workspace whose names match a glob pattern. Returns "
+        "paths relative to the workspace, sorted, directories ending with '/'. Symbolic links "
+        "are not followed and .git is skipped. At most `limit` results (default 1000)."
+    )
+    parameters: ClassVar[type[BaseModel]] = FindParams
+
+    def summarize(self, params: FindParams) -> str:
+        where = "" if params.path in (".", "") else f" in {params.path}"
+        return f"Find {params.pattern}{where}"
+
+    async def execute(self, call_id: str, params: FindParams, ctx: ToolContext) -> ToolResult:
+        root = workspace_root(ctx.workspace)
+        path = resolve_in_workspace(ctx.workspace, params.path)
+        shown = display_path(root, path)
+        if not path.is_dir():
+            raise ToolError(f"'{shown}' is not a directory.")
+        matches, more = await asyncio.to_thread(_find, root, path, params.pattern, params.limit)
+        details: dict[str, Any] = {"path": shown, "pattern": params.pattern, "count": len(matches)}
+        if not matches:
+            return ToolResult.text(f"No files match '{params.pattern}' in {shown}.", details)
+        text = "\n".join(matches)
+        if more:
+            details["truncated"] = True
+            text += (
+                f"\n\n[Stopped at {params.limit} results. Use a narrower pattern or path, or "
+                "raise `limit`.]"
+            )
+        return ToolResult.text(text, details)
+
+
+def _find(root: Path, top: Path, pattern: str, limit: int) -> tuple[list[str], bool]:
+    matches = compile_glob(pattern)
+    found: list[str] = []
+    for entry in walk_files(top, include_dirs=True):
+        if not matches(entry.relative_to(top).as_posix()):
+            continue
+        if len(found) >= limit:
+            return found, True
+        rel = entry.relative_to(root).as_posix()
+        found.append(rel + "/" if entry.is_dir() else rel)
+    return found, False
