@@ -38,7 +38,13 @@ def is_replayable(message: Message) -> bool:
 
 def repair_history(messages: list[Message]) -> list[Message]:
     """The messages to send, repaired. Returns the same objects (and synthetic results);
-    never mutates `messages`. One pass, O(n)."""
+    never mutates `messages`. One pass, O(n).
+
+    Stored order is arrival order: a message that arrived while a tool batch ran is stored
+    before the batch's results, but it was delivered after them (steering). So the results of
+    an assistant message are gathered from everything up to the next assistant message, and
+    user messages found in between follow them.
+    """
     repaired: list[Message] = []
     index = 0
     count = len(messages)
@@ -56,15 +62,18 @@ def repair_history(messages: list[Message]) -> list[Message]:
         calls = message.tool_calls()
         if not calls:
             continue
-        # The results that follow this message, up to the next non-result message.
-        following: dict[str, ToolResultMessage] = {}
-        while index < count and isinstance(messages[index], ToolResultMessage):
-            result = messages[index]
-            assert isinstance(result, ToolResultMessage)
-            following.setdefault(result.tool_call_id, result)
+        results: dict[str, ToolResultMessage] = {}
+        arrived_meanwhile: list[Message] = []
+        while index < count and not isinstance(messages[index], AssistantMessage):
+            following = messages[index]
+            if isinstance(following, ToolResultMessage):
+                results.setdefault(following.tool_call_id, following)
+            else:
+                arrived_meanwhile.append(following)
             index += 1
         for call in calls:
-            repaired.append(following.get(call.id) or interrupted_result(call.id, call.name))
+            repaired.append(results.get(call.id) or interrupted_result(call.id, call.name))
+        repaired.extend(arrived_meanwhile)
     return repaired
 
 

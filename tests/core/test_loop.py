@@ -553,3 +553,18 @@ async def test_the_caller_identity_and_workspace_reach_tools(count: int, workspa
     assert len(seen) == count
     assert all(c.caller == ada and c.workspace == workspace for c in seen)
     assert len({c.call_id for c in seen}) == count
+
+
+def test_messages_that_arrived_during_a_tool_batch_replay_after_its_results() -> None:
+    tool_call = ToolCall(id="c1", name="sleep", arguments={"seconds": 1})
+    asked = UserMessage(content="start")
+    calls = AssistantMessage(content=[tool_call], stop_reason="tool_use")
+    meanwhile = UserMessage(content="arrived while the tool ran")
+    result = ToolResultMessage(tool_call_id="c1", tool_name="sleep")
+    answer = AssistantMessage(content=[])
+    stored: list[Message] = [asked, calls, meanwhile, result, answer]
+    assert repair_history(stored) == [asked, calls, result, meanwhile, answer]
+    # Crashed before the result: a synthetic result still comes first.
+    repaired = repair_history([asked, calls, meanwhile])
+    assert repaired[0:2] == [asked, calls] and repaired[3] is meanwhile
+    assert isinstance(repaired[2], ToolResultMessage) and repaired[2].is_error
