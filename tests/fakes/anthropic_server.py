@@ -1,0 +1,418 @@
+"""A fake Anthropic Messages API on 127.0.0.1, for the real `anthropic` SDK to talk to.
+
+Owns: `FakeAnthropic` (an aiohttp server on a random port with a queue of scripted replies that
+records every request it receives) and builders for realistic SSE streams and error replies.
+
+It answers `POST /v1/messages` the way the API does on the wire: `text/event-stream` with an
+`event: <type>` line before every `data:` line, `ping`s, cumulative usage in `message_delta`,
+errors as JSON with `retry-after` headers, or as `event: error` in the middle of an HTTP 200
+stream. It accepts `Authorization: Bearer` and `x-api-key`, and rejects requests the real API
+rejects (a `tool_use` without its `tool_result`, empty content, more than four cache
+breakpoints, unsigned thinking), so a test cannot pass on a request the API would refuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+MODEL = "claude-sonnet-5-5"
+
+
+@dataclass(slots=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class SSEReply:
+    """An HTTP 200 event stream. `drop_after`: close the connection after that many events."""
+
+    events: list[tuple[str, dict[str, Any]]]
+    headers: dict[str, str] = field(default_factory=dict)
+    event_delay_s: float = 0.0
+    drop_after: int | None = None
+
+
+@dataclass(slots=True)
+class JSONReply:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Reply = SSEReply | JSONReply
+
+
+class FakeAnthropic:
+    """Start with `await start()`, script with `add(...)`, inspect `requests`."""
+
+    def __init__(self, *, api_key: str | None = None) -> None:
+        self.api_key = api_key
+        self.requests: list[RecordedRequest] = []
+        self._replies: list[Reply] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        # Streams the client hung up on before they were complete.
+        self.disconnects = 0
+        self.stream_finished = asyncio.Event()
+
+    def add(self, *replies: Reply) -> None:
+        self._replies.extend(replies)
+
+    @property
+    def remaining(self) -> int:
+        return len(self._replies)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [request.body for request in self.requests]
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._messages)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        site = web.SockSite(self._runner, sock)
+        await site.start()
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- the endpoint --------------------------------------------------------------------------
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(
+            RecordedRequest(
+                method=request.method,
+                path=request.path,
+                headers={name.lower(): value for name, value in request.headers.items()},
+                body=body,
+            )
+        )
+        key = _presented_key(request)
+        if key is None or (self.api_key is not None and key != self.api_key):
+            return _json(error_reply(401, "authentication_error", "invalid x-api-key"))
+        problem = validate_request(body)
+        if problem is not None:
+            return _json(error_reply(400, "invalid_request_error", problem))
+        if not self._replies:
+            return _json(
+                error_reply(
+                    500,
+                    "api_error",
+                    "FakeAnthropic: no scripted reply left",
+                    headers={"x-should-retry": "false"},
+                )
+            )
+        reply = self._replies.pop(0)
+        if isinstance(reply, JSONReply):
+            return _json(reply)
+        return await self._stream(request, reply)
+
+    async def _stream(self, request: web.Request, reply: SSEReply) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                **reply.headers,
+            },
+        )
+        await response.prepare(request)
+        for sent, (event_type, data) in enumerate(reply.events):
+            if reply.drop_after is not None and sent >= reply.drop_after:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            payload = f"event: {event_type}\ndata: {json.dumps(data)}\n\n"
+            try:
+                if reply.event_delay_s:
+                    await asyncio.sleep(reply.event_delay_s)
+                await response.write(payload.encode())
+            except (ConnectionError, asyncio.CancelledError):
+                # aiohttp cancels the handler (or the write fails) when the client hangs up.
+                self.disconnects += 1
+                self.stream_finished.set()
+                raise
+        await response.write_eof()
+        self.stream_finished.set()
+        return response
+
+
+def _presented_key(request: web.Request) -> str | None:
+    authorization = request.headers.get("Authorization", "")
+    if authorization.startswith("Bearer "):
+        return authorization.removeprefix("Bearer ")
+    return request.headers.get("x-api-key")
+
+
+def _json(reply: JSONReply) -> web.Response:
+    return web.Response(
+        status=reply.status,
+        body=json.dumps(reply.body).encode(),
+        headers={"Content-Type": "application/json", "request-id": "req_fake", **reply.headers},
+    )
+
+
+def validate_request(body: dict[str, Any]) -> str | None:
+    """What the real API would reject in `body`, as its error message; None if acceptable."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    breakpoints = 0
+    for block in body.get("system") or []:
+        if isinstance(block, dict) and "cache_control" in block:
+            breakpoints += 1
+    for block in body.get("tools") or []:
+        if "cache_control" in block:
+            breakpoints += 1
+    pending_tool_uses: list[str] = []
+    for number, message in enumerate(messages):
+        content = message.get("content")
+        if not content:
+            return f"messages.{number}: all messages must have non-empty content"
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if pending_tool_uses:
+            if message["role"] != "user":
+                return (
+                    f"messages.{number}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(pending_tool_uses)}"
+                )
+            answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+            missing = [tool_id for tool_id in pending_tool_uses if tool_id not in answered]
+            if missing:
+                return (
+                    f"messages.{number}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(missing)}"
+                )
+            pending_tool_uses = []
+        for block in blocks:
+            if "cache_control" in block:
+                breakpoints += 1
+            kind = block.get("type")
+            if kind == "text" and not block.get("text"):
+                return f"messages.{number}: text content blocks must be non-empty"
+            if kind == "thinking" and not block.get("signature"):
+                return f"messages.{number}: thinking blocks must have a signature"
+            if kind == "tool_use":
+                if message["role"] != "assistant":
+                    return f"messages.{number}: tool_use blocks belong to assistant messages"
+                pending_tool_uses.append(block["id"])
+            if kind == "tool_result" and message["role"] != "user":
+                return f"messages.{number}: tool_result blocks belong to user messages"
+    if pending_tool_uses:
+        return "`tool_use` ids were found without `tool_result` blocks immediately after"
+    if breakpoints > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
+    return None
+
+
+# -- builders -------------------------------------------------------------------------------------
+
+
+def error_reply(
+    status: int, error_type: str, message: str, *, headers: dict[str, str] | None = None
+) -> JSONReply:
+    return JSONReply(
+        status=status,
+        body={
+            "type": "error",
+            "error": {"type": error_type, "message": message},
+            "request_id": "req_fake",
+        },
+        headers=headers or {},
+    )
+
+
+def error_event(error_type: str, message: str) -> tuple[str, dict[str, Any]]:
+    return "error", {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+@dataclass(slots=True)
+class TextOut:
+    text: str
+    chunk_size: int = 5
+
+
+@dataclass(slots=True)
+class ThinkingOut:
+    thinking: str
+    signature: str
+    chunk_size: int = 8
+
+
+@dataclass(slots=True)
+class ToolUseOut:
+    id: str
+    name: str
+    json_chunks: list[str]
+
+
+@dataclass(slots=True)
+class RawBlockOut:
+    """Any other block (e.g. a server tool's) sent in `content_block_start`, then its input as
+    `input_json_delta` chunks if any are given."""
+
+    block: dict[str, Any]
+    json_chunks: list[str] = field(default_factory=list)
+
+
+BlockOut = TextOut | ThinkingOut | ToolUseOut | RawBlockOut
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[start : start + size] for start in range(0, len(text), size)] or [""]
+
+
+def block_events(index: int, block: BlockOut) -> list[tuple[str, dict[str, Any]]]:
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def delta(payload: dict[str, Any]) -> None:
+        events.append(
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": payload},
+            )
+        )
+
+    match block:
+        case TextOut():
+            start: dict[str, Any] = {"type": "text", "text": ""}
+        case ThinkingOut():
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+        case ToolUseOut():
+            start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
+        case RawBlockOut():
+            start = block.block
+    events.append(
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": start},
+        )
+    )
+    match block:
+        case TextOut():
+            for piece in _chunks(block.text, block.chunk_size):
+                delta({"type": "text_delta", "text": piece})
+        case ThinkingOut():
+            for piece in _chunks(block.thinking, block.chunk_size):
+                delta({"type": "thinking_delta", "thinking": piece})
+            half = len(block.signature) // 2
+            delta({"type": "signature_delta", "signature": block.signature[:half]})
+            delta({"type": "signature_delta", "signature": block.signature[half:]})
+        case ToolUseOut():
+            for piece in block.json_chunks:
+                delta({"type": "input_json_delta", "partial_json": piece})
+        case RawBlockOut():
+            for piece in block.json_chunks:
+                delta({"type": "input_json_delta", "partial_json": piece})
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    return events
+
+
+def message_start(
+    *,
+    input_tokens: int = 10,
+    cache_read: int = 0,
+    cache_write: int = 0,
+    model: str = MODEL,
+    message_id: str = "msg_fake",
+) -> tuple[str, dict[str, Any]]:
+    return (
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "output_tokens": 1,
+                    "cache_read_input_tokens": cache_read,
+                    "cache_creation_input_tokens": cache_write,
+                },
+            },
+        },
+    )
+
+
+def message_end(
+    stop_reason: str,
+    *,
+    output_tokens: int = 20,
+    usage: dict[str, int] | None = None,
+    stop_details: dict[str, Any] | None = None,
+) -> list[tuple[str, dict[str, Any]]]:
+    delta: dict[str, Any] = {"stop_reason": stop_reason, "stop_sequence": None}
+    if stop_details is not None:
+        delta["stop_details"] = stop_details
+    return [
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": delta,
+                "usage": {"output_tokens": output_tokens, **(usage or {})},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def sse(
+    *blocks: BlockOut,
+    stop_reason: str = "end_turn",
+    input_tokens: int = 10,
+    output_tokens: int = 20,
+    cache_read: int = 0,
+    cache_write: int = 0,
+    final_usage: dict[str, int] | None = None,
+    stop_details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> SSEReply:
+    """A complete, well-formed stream of `blocks`, with a `ping` as the real API sends one."""
+    events = [
+        message_start(input_tokens=input_tokens, cache_read=cache_read, cache_write=cache_write),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(blocks):
+        events.extend(block_events(index, block))
+    events.extend(
+        message_end(
+            stop_reason,
+            output_tokens=output_tokens,
+            usage=final_usage,
+            stop_details=stop_details,
+        )
+    )
+    return SSEReply(events=events, headers=headers or {})
+
+
+def text_reply(text: str, *, chunk_size: int = 5, **kwargs: Any) -> SSEReply:
+    return sse(TextOut(text, chunk_size=chunk_size), **kwargs)
+
+
+def events_of(*parts: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    return [event for part in parts for event in part]
