@@ -1,0 +1,204 @@
+"""Compaction: summarise older turns before a conversation overflows the model's context.
+
+Owns: token estimates, the decision to compact, where to cut (never between a tool call and
+its result), and asking the model for a structured summary. The runner stores the result, so a
+long thread is summarised once, not on every turn.
+
+The size of a context is measured the way the provider counts it where possible: the usage of
+the last assistant reply (everything the model was sent plus what it wrote), plus an estimate of
+the messages after it. Estimates are ~4 characters per token, which over-counts code and
+under-counts nothing common enough to matter for a reserve of thousands of tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from core.messages import (
+    AssistantMessage,
+    Image,
+    Message,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from core.models.base import Model, ModelRequest, StreamEnd
+from storage.base import StoredMessage
+
+IMAGE_TOKENS = 1_600
+TOOL_RESULT_CHARS_IN_TRANSCRIPT = 2_000
+
+SUMMARY_SYSTEM_PROMPT = """\
+You summarise a team chat conversation between people and an AI assistant, so the assistant \
+can continue it without the full history. Write a structured summary in Markdown with exactly \
+these sections:
+
+## Goal
+What the people are trying to achieve (one to three sentences; several goals if several people).
+## Decisions
+Decisions made and conclusions reached, with who made them.
+## Open questions
+Questions and tasks still open, with who asked.
+## Facts
+Facts, numbers, names, links and constraints the assistant will need later.
+## Files touched
+Files read, written or edited in the workspace, one per line with what happened to them.
+
+Be specific and complete but terse. If a previous summary is given, merge it in: keep what \
+still matters, drop what was resolved. Write only the summary."""
+
+
+class CompactionFailed(Exception):
+    """The model could not produce a summary; `reply` says why."""
+
+    def __init__(self, reply: AssistantMessage) -> None:
+        super().__init__(reply.error_message or "no summary")
+        self.reply = reply
+
+
+def estimate_tokens(message: Message) -> int:
+    chars = 0
+    images = 0
+    if isinstance(message, UserMessage):
+        if isinstance(message.content, str):
+            chars = len(message.content)
+        else:
+            for part in message.content:
+                if isinstance(part, Image):
+                    images += 1
+                else:
+                    chars += len(part.text)
+    elif isinstance(message, AssistantMessage):
+        for block in message.content:
+            if isinstance(block, Text):
+                chars += len(block.text)
+            elif isinstance(block, Thinking):
+                chars += len(block.thinking)
+            elif isinstance(block, ToolCall):
+                chars += len(block.name) + len(json.dumps(block.arguments))
+            else:
+                chars += 200
+    else:
+        for part in message.content:
+            if isinstance(part, Image):
+                images += 1
+            else:
+                chars += len(part.text)
+    return chars // 4 + images * IMAGE_TOKENS + 4
+
+
+def context_tokens(messages: list[Message]) -> int:
+    """The tokens `messages` take in a request: the last reply's usage plus what followed."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if (
+            isinstance(message, AssistantMessage)
+            and message.stop_reason not in ("error", "aborted")
+            and message.usage.total_tokens > 0
+        ):
+            after = sum(estimate_tokens(m) for m in messages[index + 1 :])
+            return message.usage.total_tokens + after
+    return sum(estimate_tokens(m) for m in messages)
+
+
+def needs_compaction(tokens: int, context_window: int, reserve_tokens: int) -> bool:
+    return tokens > context_window - reserve_tokens
+
+
+@dataclass(slots=True, frozen=True)
+class Cut:
+    """Summarise `older`; keep `recent` verbatim."""
+
+    older: list[StoredMessage]
+    recent: list[StoredMessage]
+
+
+def find_cut(messages: list[StoredMessage], keep_recent_tokens: int) -> Cut | None:
+    """Where to split: the latest user message (a turn boundary, so no tool call is separated
+    from its result) with at least `keep_recent_tokens` after it. None if nothing would be
+    left to summarise."""
+    kept = 0
+    cut: int | None = None
+    for index in range(len(messages) - 1, 0, -1):
+        kept += estimate_tokens(messages[index].message)
+        if isinstance(messages[index].message, UserMessage):
+            cut = index
+            if kept >= keep_recent_tokens:
+                break
+    if cut is None:
+        return None
+    return Cut(older=messages[:cut], recent=messages[cut:])
+
+
+def transcript_lines(messages: list[Message]) -> list[str]:
+    """The older turns as plain text lines for the summariser (tool output clipped)."""
+    lines: list[str] = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            name = message.author.name if message.author else "user"
+            lines.append(f"{name}: {message.text()}")
+        elif isinstance(message, AssistantMessage):
+            if message.stop_reason in ("error", "aborted") and not message.text():
+                continue
+            if message.text():
+                lines.append(f"assistant: {message.text()}")
+            for call in message.tool_calls():
+                lines.append(f"assistant called {call.name}({json.dumps(call.arguments)[:500]})")
+        elif isinstance(message, ToolResultMessage):
+            text = message.text()
+            if len(text) > TOOL_RESULT_CHARS_IN_TRANSCRIPT:
+                text = text[:TOOL_RESULT_CHARS_IN_TRANSCRIPT] + " […]"
+            status = "error" if message.is_error else "result"
+            lines.append(f"{message.tool_name} {status}: {text}")
+    return lines
+
+
+def chunk_lines(lines: list[str], budget_chars: int) -> list[str]:
+    """Join lines into chunks of at most `budget_chars` (a longer single line is clipped)."""
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in lines:
+        line = line if len(line) <= budget_chars else line[:budget_chars] + " […]"
+        if current and size + len(line) + 1 > budget_chars:
+            chunks.append("\n".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line) + 1
+    if current:
+        chunks.append("\n".join(current))
+    return chunks
+
+
+async def summarize(model: Model, previous_summary: str | None, messages: list[Message]) -> str:
+    """Ask `model` for a structured summary of `messages`, merged with `previous_summary`.
+
+    A transcript larger than the model's window is summarised chunk by chunk, each chunk
+    merged into the summary so far. Raises `CompactionFailed` with the model's reply."""
+    budget_chars = max(4_000, (model.info.context_window - 4_096 - 2_000) * 3)
+    summary = previous_summary
+    for chunk in chunk_lines(transcript_lines(messages), budget_chars):
+        parts = []
+        if summary:
+            parts += ["PREVIOUS SUMMARY:", summary.strip(), "", "CONVERSATION SINCE:"]
+        parts.append(chunk)
+        request = ModelRequest(
+            system_prompt=SUMMARY_SYSTEM_PROMPT,
+            messages=[UserMessage(content="Summarise this conversation:\n\n" + "\n".join(parts))],
+            max_tokens=4_096,
+        )
+        final: AssistantMessage | None = None
+        async for event in model.stream(request):
+            if isinstance(event, StreamEnd):
+                final = event.message
+        if final is None or final.stop_reason == "error" or not final.text().strip():
+            raise CompactionFailed(
+                final or AssistantMessage(stop_reason="error", error_message="no reply")
+            )
+        summary = final.text().strip()
+    if summary is None:
+        raise CompactionFailed(AssistantMessage(stop_reason="error", error_message="nothing to do"))
+    return summary

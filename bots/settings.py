@@ -1,0 +1,215 @@
+"""Configuration: environment, an optional `.env`, an optional TOML file.
+
+Owns: `Settings` (built once in the entry point and passed down; never a module global),
+per-channel settings, budgets, and turning a validation failure into one clear line that names
+the setting. Precedence: environment, then `.env`, then the TOML file named by
+`TEAMMATE_CONFIG` (default `teammate.toml` if it exists), then defaults.
+
+Secrets are `SecretStr`: they print as `**********` in reprs, logs and errors.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from core.models.catalog import DEFAULT_MODEL
+from tools.toolset import ToolsConfig
+
+
+class SettingsError(Exception):
+    """A missing or invalid setting, as one line that names it."""
+
+
+class ChannelSettings(BaseModel):
+    """Settings for one channel (by channel key, e.g. `slack:T1:C1`, `terminal`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str = ""  # added to the base system prompt
+    model: str | None = None
+    tools: ToolsConfig | None = None  # replaces the default toolset when given
+
+
+class BudgetSettings(BaseModel):
+    """Daily spend limits in USD (UTC days); None means no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversation_usd_per_day: float | None = Field(default=None, ge=0)
+    channel_usd_per_day: float | None = Field(default=None, ge=0)
+    user_usd_per_day: float | None = Field(default=None, ge=0)
+
+
+class CompactionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Compact when the next request would leave fewer than this many tokens of the window.
+    reserve_tokens: int = Field(default=16_384, ge=0)
+    # Keep about this many tokens of the most recent turns verbatim.
+    keep_recent_tokens: int = Field(default=20_000, ge=0)
+
+
+_ENV_ALIASES: dict[str, str] = {
+    "anthropic_api_key": "ANTHROPIC_API_KEY",
+    "anthropic_base_url": "ANTHROPIC_BASE_URL",
+    "slack_bot_token": "SLACK_BOT_TOKEN",
+    "slack_app_token": "SLACK_APP_TOKEN",
+    "slack_signing_secret": "SLACK_SIGNING_SECRET",
+    "slack_api_url": "SLACK_API_URL",
+    "discord_bot_token": "DISCORD_BOT_TOKEN",
+    "discord_api_url": "DISCORD_API_URL",
+    "discord_gateway_url": "DISCORD_GATEWAY_URL",
+}
+
+
+def _alias(name: str) -> AliasChoices:
+    return AliasChoices(_ENV_ALIASES[name], name)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="TEAMMATE_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        env_nested_delimiter="__",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    data_dir: Path = Path("./data")
+    model: str = DEFAULT_MODEL
+    thinking: Literal["off", "adaptive"] = "adaptive"
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    max_turns: int = Field(default=50, ge=1, le=500)
+    system_prompt: str = ""  # added to the base prompt in every channel
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    channels: dict[str, ChannelSettings] = Field(default_factory=dict)
+    budgets: BudgetSettings = Field(default_factory=BudgetSettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    admins: list[str] = Field(default_factory=list)  # platform user ids
+    allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
+    allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
+
+    anthropic_api_key: SecretStr | None = Field(
+        default=None, validation_alias=_alias("anthropic_api_key")
+    )
+    anthropic_base_url: str | None = Field(
+        default=None, validation_alias=_alias("anthropic_base_url")
+    )
+    slack_bot_token: SecretStr | None = Field(
+        default=None, validation_alias=_alias("slack_bot_token")
+    )
+    slack_app_token: SecretStr | None = Field(
+        default=None, validation_alias=_alias("slack_app_token")
+    )
+    slack_signing_secret: SecretStr | None = Field(
+        default=None, validation_alias=_alias("slack_signing_secret")
+    )
+    slack_api_url: str | None = Field(default=None, validation_alias=_alias("slack_api_url"))
+    discord_bot_token: SecretStr | None = Field(
+        default=None, validation_alias=_alias("discord_bot_token")
+    )
+    discord_api_url: str | None = Field(default=None, validation_alias=_alias("discord_api_url"))
+    discord_gateway_url: str | None = Field(
+        default=None, validation_alias=_alias("discord_gateway_url")
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, dotenv_settings]
+        config_file = config_path()
+        if config_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+        return tuple(sources)
+
+    # -- derived ---------------------------------------------------------------------------
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / "teammate.db"
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    def channel(self, channel_key: str) -> ChannelSettings:
+        """The settings of a channel: its own entry, else its platform's (`slack`), else none."""
+        platform = channel_key.split(":", 1)[0]
+        return self.channels.get(channel_key) or self.channels.get(platform) or ChannelSettings()
+
+    def model_for(self, channel_key: str) -> str:
+        return self.channel(channel_key).model or self.model
+
+    def tools_for(self, channel_key: str) -> ToolsConfig:
+        return self.channel(channel_key).tools or self.tools
+
+    def secrets(self) -> list[str]:
+        """Every configured secret value, for redaction."""
+        values = [
+            self.anthropic_api_key,
+            self.slack_bot_token,
+            self.slack_app_token,
+            self.slack_signing_secret,
+            self.discord_bot_token,
+        ]
+        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+
+    def require(self, name: str) -> str:
+        """A secret that must be set for what is being started, or a one-line error naming it."""
+        value = getattr(self, name)
+        if value is None or (isinstance(value, SecretStr) and not value.get_secret_value()):
+            raise SettingsError(f"{env_name(name)} is not set (needed for this command)")
+        return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+
+
+def config_path() -> Path | None:
+    """The TOML file: `TEAMMATE_CONFIG` if set (it must exist), else ./teammate.toml if any."""
+    named = os.environ.get("TEAMMATE_CONFIG")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise SettingsError(f"TEAMMATE_CONFIG names {named!r}, which is not a file")
+        return path
+    default = Path("teammate.toml")
+    return default if default.is_file() else None
+
+
+def env_name(field_path: str) -> str:
+    """The environment variable for a setting (`tools.bash_enabled` becomes
+    TEAMMATE_TOOLS__BASH_ENABLED)."""
+    head = field_path.split(".", 1)[0]
+    if head in _ENV_ALIASES:
+        return _ENV_ALIASES[head]
+    return "TEAMMATE_" + field_path.replace(".", "__").upper()
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment, `.env` and TOML; raises `SettingsError` (one line)."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise SettingsError(f"{env_name(where)}: {first['msg']}{more}") from None
+    except (OSError, ValueError) as exc:  # an unreadable or malformed TOML file
+        raise SettingsError(f"configuration file: {exc}") from None
