@@ -1,25 +1,369 @@
-"""The `teammate` command."""
+"""The `teammate` command: `chat`, `ask` and `doctor`.
+
+Owns: the argument parser, loading settings once (command-line overrides first), exit statuses,
+and turning expected failures (a missing key, an invalid setting) into one line on stderr.
+Unexpected failures are logged with their traceback under a reference id; people see the id.
+
+Exit statuses: 0 success; 1 the run or a check failed; 2 usage or configuration error;
+130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import os
+import shutil
 import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from bots.app import (
+    ModelFactory,
+    Probeable,
+    open_app,
+    require_model_credentials,
+    setup_logging,
+    uses_anthropic,
+)
+from bots.errors import new_reference
+from bots.settings import Settings, SettingsError, config_path, load_settings
+from bots.terminal import (
+    DEFAULT_CONVERSATION,
+    TERMINAL_RULES,
+    StdinLines,
+    TerminalSurfaces,
+    conversation_key,
+    run_ask,
+    run_chat,
+)
+from storage.migrations import MIGRATIONS
+from storage.sqlite import SqliteStore
+from tools.bash import probe_sandbox
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 20.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="teammate",
         description=(
             "Teammate: a team's shared AI assistant for Slack, Discord and the terminal. "
-            "Adapters and commands arrive part by part; this build has the agent core."
+            "Configuration comes from the environment (ANTHROPIC_API_KEY, TEAMMATE_MODEL, "
+            "TEAMMATE_DATA_DIR, ...), an optional .env and an optional teammate.toml "
+            "(path in TEAMMATE_CONFIG)."
         ),
+        epilog=(
+            "examples:\n"
+            "  teammate chat                      talk in the terminal\n"
+            "  teammate ask 'what is in README.md?'\n"
+            "  git diff | teammate ask -          the prompt from stdin\n"
+            "  teammate --model scripted ask hi   a demo without an API key\n"
+            "  teammate doctor                    check the configuration"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _global_options(parser, default=None)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    chat = commands.add_parser(
+        "chat",
+        help="an interactive conversation in the terminal",
+        description=(
+            "Talk with Teammate. The answer streams to stdout; tool activity appears on stderr. "
+            "Ctrl-C stops a running answer; /stop, /reset, /usage, /help and /exit work."
+        ),
+    )
+    _global_options(chat, default=argparse.SUPPRESS)
+    _conversation_option(chat)
+
+    ask = commands.add_parser(
+        "ask",
+        help="ask one question; the answer is printed on stdout",
+        description=(
+            "Send one message and print the final answer on stdout (tool activity on stderr). "
+            "Exit status 0 on success, non-zero with a one-line reason on failure. Calls with "
+            "the same --conversation continue the same conversation."
+        ),
+    )
+    _global_options(ask, default=argparse.SUPPRESS)
+    _conversation_option(ask)
+    ask.add_argument("prompt", metavar="PROMPT", nargs="+", help="the message ('-': read stdin)")
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check configuration, storage, model access and tools",
+        description="Check what is configured and whether it works; one line per check.",
+    )
+    _global_options(doctor, default=argparse.SUPPRESS)
+    return parser
+
+
+def _global_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
+    """Options accepted before or after the command (`teammate --model x ask` and
+    `teammate ask --model x`); subcommands don't reset what was given before them."""
+    parser.add_argument(
+        "--model",
+        metavar="MODEL",
+        default=default,
+        help="model id (overrides TEAMMATE_MODEL), e.g. claude-sonnet-5-5, or 'scripted' "
+        "for a demo model that needs no API key",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        type=Path,
+        default=default,
+        help="where the database, workspaces and log live (overrides TEAMMATE_DATA_DIR)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=False if default is None else default,
+        help="also show the log on stderr",
+    )
+
+
+def _conversation_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-c",
+        "--conversation",
+        metavar="NAME",
+        default=DEFAULT_CONVERSATION,
+        help=f"which terminal conversation to continue (default: {DEFAULT_CONVERSATION})",
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    build_parser().parse_args(argv)
-    return 0
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        if args.command == "doctor":
+            return asyncio.run(doctor(args, sys.stdout))
+        settings = _load(args)
+        if args.command == "ask":
+            prompt = _prompt(args.prompt)
+            name = _conversation_name(args.conversation)
+            require_model_credentials(settings, conversation_key(name))
+            setup_logging(settings, stderr=sys.stderr if args.verbose else None)
+            return asyncio.run(_ask(settings, name, prompt))
+        name = _conversation_name(args.conversation)
+        require_model_credentials(settings, conversation_key(name))
+        setup_logging(settings, stderr=sys.stderr if args.verbose else None)
+        return asyncio.run(_chat(settings, name))
+    except SettingsError as exc:
+        _fail(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        reference = new_reference()
+        log.exception("teammate %s failed (reference %s)", args.command, reference)
+        _fail(f"something went wrong (reference {reference}; details in the log)")
+        return 1
+
+
+def _fail(reason: str) -> None:
+    sys.stderr.write(f"teammate: {reason}\n")
+    sys.stderr.flush()
+
+
+def _load(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    if args.model:
+        overrides["model"] = args.model
+    if args.data_dir is not None:
+        overrides["data_dir"] = args.data_dir
+    return load_settings(**overrides)
+
+
+def _conversation_name(name: str) -> str:
+    name = name.strip()
+    if not name:
+        raise SettingsError("--conversation: the name must not be empty")
+    return name
+
+
+def _prompt(words: list[str]) -> str:
+    prompt = sys.stdin.read() if words == ["-"] else " ".join(words)
+    if not prompt.strip():
+        raise SettingsError("the prompt is empty")
+    return prompt.strip()
+
+
+async def _ask(settings: Settings, name: str, prompt: str) -> int:
+    key = conversation_key(name)
+    surfaces = TerminalSurfaces(err=sys.stderr, current_key=key)
+    async with open_app(
+        settings, platform_rules=TERMINAL_RULES, surfaces=surfaces, recover_prefix="terminal:"
+    ) as app:
+        return await run_ask(app, name, prompt, out=sys.stdout, err=sys.stderr)
+
+
+async def _chat(settings: Settings, name: str) -> int:
+    key = conversation_key(name)
+    surfaces = TerminalSurfaces(err=sys.stderr, current_key=key)
+    async with open_app(
+        settings, platform_rules=TERMINAL_RULES, surfaces=surfaces, recover_prefix="terminal:"
+    ) as app:
+        return await run_chat(
+            app,
+            name,
+            lines=StdinLines(sys.stdin.fileno()),
+            out=sys.stdout,
+            err=sys.stderr,
+            interactive=sys.stdin.isatty(),
+            model_id=settings.model_for(key),
+        )
+
+
+# -- doctor --------------------------------------------------------------------------------------
+
+Status = Literal["ok", "info", "warn", "fail"]
+
+
+@dataclass(slots=True)
+class Check:
+    status: Status
+    name: str
+    detail: str
+
+
+async def doctor(args: argparse.Namespace, out: TextIO) -> int:
+    """One line per check; exit 1 if any check fails."""
+    checks: list[Check] = []
+
+    def report(status: Status, name: str, detail: str) -> None:
+        check = Check(status, name, detail)
+        checks.append(check)
+        out.write(f"{check.status:<5} {check.name}: {check.detail}\n")
+        out.flush()
+
+    try:
+        settings = _load(args)
+    except SettingsError as exc:
+        report("fail", "settings", str(exc))
+        return 1
+    toml = config_path()
+    report(
+        "ok",
+        "settings",
+        f"loaded (TOML file: {toml})" if toml else "loaded (no TOML file; environment only)",
+    )
+    setup_logging(settings, stderr=sys.stderr if args.verbose else None)
+
+    data_ok = await asyncio.to_thread(_writable, settings.data_dir)
+    if data_ok is None:
+        report("ok", "data dir", f"{settings.data_dir.resolve()} is writable")
+    else:
+        report("fail", "data dir", f"{settings.data_dir}: {data_ok}")
+
+    if data_ok is None:
+        try:
+            async with SqliteStore.open(settings.database_path):
+                pass
+            report(
+                "ok",
+                "database",
+                f"{settings.database_path} opens (schema version {len(MIGRATIONS)})",
+            )
+        except Exception as exc:
+            report("fail", "database", f"{settings.database_path}: {exc}")
+    else:
+        report("fail", "database", "not checked (the data dir is not writable)")
+
+    await _check_model(settings, report)
+
+    sandbox = await asyncio.to_thread(probe_sandbox)
+    bash = settings.tools.bash
+    usage = "bash tool enabled" if settings.tools.bash_enabled else "bash tool disabled"
+    if sandbox.available:
+        report("ok", "sandbox", f"{sandbox.reason} ({sandbox.bwrap}); {usage}")
+    elif settings.tools.bash_enabled and bash.sandbox == "required":
+        report("fail", "sandbox", f"{sandbox.reason}, but tools.bash.sandbox is 'required'")
+    else:
+        report("warn", "sandbox", f"{sandbox.reason}; {usage}")
+
+    rg = shutil.which("rg")
+    if rg:
+        report("ok", "ripgrep", rg)
+    elif settings.tools.grep_engine == "ripgrep":
+        report("fail", "ripgrep", "not found, but tools.grep_engine is 'ripgrep'")
+    else:
+        report("warn", "ripgrep", "not found; grep uses its slower Python engine")
+
+    report("info", "slack", _configured(settings, ["slack_bot_token", "slack_app_token"]))
+    report("info", "discord", _configured(settings, ["discord_bot_token"]))
+
+    failed = [check for check in checks if check.status == "fail"]
+    out.write(f"{len(failed)} check(s) failed\n" if failed else "all checks passed\n")
+    return 1 if failed else 0
+
+
+def _writable(directory: Path) -> str | None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+async def _check_model(settings: Settings, report: Any) -> None:
+    model_id = settings.model
+    if not uses_anthropic(model_id):
+        report("ok", "model", f"{model_id} (no API key needed)")
+        report("ok", "model reachable", "the scripted model runs locally")
+        return
+    key = settings.anthropic_api_key
+    if key is None or not key.get_secret_value():
+        report("fail", "model", f"{model_id}: ANTHROPIC_API_KEY is not set")
+        report("warn", "model reachable", "not checked (no API key)")
+        return
+    where = settings.anthropic_base_url or "api.anthropic.com"
+    report("ok", "model", f"{model_id} via {where}, ANTHROPIC_API_KEY set")
+    factory = ModelFactory(settings)
+    try:
+        model = factory(model_id)
+        if not isinstance(model, Probeable):
+            report(
+                "warn",
+                "model reachable",
+                "not checked: this build's model adapter has no reachability probe",
+            )
+            return
+        try:
+            problem = await asyncio.wait_for(model.probe(), PROBE_TIMEOUT_S)
+        except TimeoutError:
+            problem = f"no answer within {PROBE_TIMEOUT_S:.0f} s"
+        if problem is None:
+            report("ok", "model reachable", f"{model_id} answered")
+        else:
+            report("fail", "model reachable", problem)
+    finally:
+        await factory.aclose()
+
+
+def _configured(settings: Settings, names: list[str]) -> str:
+    present = [name.upper() for name in names if getattr(settings, name) is not None]
+    if not present:
+        return "not configured"
+    return f"configured ({', '.join(present)} set)"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Restore the default SIGPIPE-free exit when output is piped into `head`.
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        os._exit(1)

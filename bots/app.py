@@ -1,0 +1,212 @@
+"""The application's wiring: everything a front end needs, built from `Settings`.
+
+Owns: opening the store under the data directory, the model factory (`create_model` with the
+configured key, base URL, thinking and output limit), the per-channel toolset factory, the
+`ConversationRunner`, logging (to a file in the data directory, secrets redacted), and `open_app`,
+the async context manager that owns the lifetimes of the store, the runner and the models.
+
+Must not: render anything (surfaces do), or read the environment itself (settings do).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TextIO, runtime_checkable
+
+from bots.errors import install_redaction
+from bots.runner import ConversationRunner
+from bots.settings import Settings, SettingsError
+from bots.surface import SurfaceFactory
+from core.models.base import Model
+from core.models.catalog import create_model
+from core.tools import AnyTool
+from storage.base import RunRecord
+from storage.sqlite import SqliteStore
+from tools.toolset import build_toolset
+
+log = logging.getLogger(__name__)
+
+LOG_FILE_NAME = "teammate.log"
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def uses_anthropic(model_id: str) -> bool:
+    """Whether `model_id` is served by the Anthropic API (everything but the scripted model)."""
+    return model_id != "scripted"
+
+
+def require_model_credentials(settings: Settings, channel_key: str) -> None:
+    """Raise `SettingsError` (naming ANTHROPIC_API_KEY) when the channel's model needs a key
+    and none is configured, so a command fails at once instead of on the first message."""
+    model_id = settings.model_for(channel_key)
+    key = settings.anthropic_api_key
+    if uses_anthropic(model_id) and (key is None or not key.get_secret_value()):
+        raise SettingsError(
+            f"ANTHROPIC_API_KEY is not set; the model {model_id} needs it "
+            "(or try --model scripted for a demo without one)"
+        )
+
+
+class ModelFactory:
+    """Makes models for the runner from settings, and remembers them to close them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._made: list[Model] = []
+
+    def __call__(self, model_id: str) -> Model:
+        key = self._settings.anthropic_api_key
+        model = create_model(
+            model_id,
+            api_key=key.get_secret_value() if key is not None else None,
+            base_url=self._settings.anthropic_base_url,
+            thinking=self._settings.thinking,
+            max_tokens=self._settings.max_output_tokens,
+        )
+        self._made.append(model)
+        return model
+
+    async def aclose(self) -> None:
+        for model in self._made:
+            if isinstance(model, Closeable):
+                try:
+                    await model.aclose()
+                except Exception:
+                    log.exception("closing model %s failed", model.info.id)
+        self._made.clear()
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Probeable(Protocol):
+    """A model that can check, cheaply and without generating, that it is reachable with the
+    configured credentials. Returns None when it is, else a one-line reason."""
+
+    async def probe(self) -> str | None: ...
+
+
+def toolset_factory(settings: Settings) -> Callable[[str], Sequence[AnyTool]]:
+    def build(channel_key: str) -> Sequence[AnyTool]:
+        return build_toolset(settings.tools_for(channel_key))
+
+    return build
+
+
+class _LocalRecoveryStore(SqliteStore):
+    """The store as a front end that shares the database with other processes sees it: only
+    runs of its own conversations (by key prefix) count as "running" at start-up, so that
+    `teammate ask` beside a live Slack bot never "recovers" the bot's runs in flight."""
+
+    recover_prefix: str | None = None
+
+    async def running_runs(self) -> list[RunRecord]:
+        runs = await super().running_runs()
+        prefix = self.recover_prefix
+        if prefix is None:
+            return runs
+        return [run for run in runs if run.conversation_key.startswith(prefix)]
+
+
+@dataclass(slots=True)
+class App:
+    settings: Settings
+    store: SqliteStore
+    runner: ConversationRunner
+    models: ModelFactory
+    toolsets: Callable[[str], Sequence[AnyTool]]
+
+    def tools_for(self, channel_key: str) -> dict[str, AnyTool]:
+        return {tool.name: tool for tool in self.toolsets(channel_key)}
+
+
+def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
+    """Log to `<data dir>/teammate.log` at the configured level (and to `stderr` if given),
+    with every configured secret redacted. Returns the log file, or None if it can't be
+    written (then warnings and worse go to stderr)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(settings.log_level)
+    formatter = logging.Formatter(_LOG_FORMAT)
+    log_file: Path | None = settings.data_dir / LOG_FILE_NAME
+    try:
+        assert log_file is not None
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(log_file, encoding="utf-8")
+        file_handler.setFormatter(formatter)
+        root.addHandler(file_handler)
+    except OSError:
+        log_file = None
+        if stderr is None:
+            fallback = logging.StreamHandler(sys.stderr)
+            fallback.setLevel(logging.WARNING)
+            fallback.setFormatter(formatter)
+            root.addHandler(fallback)
+    if stderr is not None:
+        console = logging.StreamHandler(stderr)
+        console.setFormatter(formatter)
+        root.addHandler(console)
+    # Libraries' chatter (HTTP requests) is not ours to show at INFO.
+    for noisy in ("httpx", "httpcore", "anthropic", "aiosqlite"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    install_redaction(settings.secrets())
+    return log_file
+
+
+@asynccontextmanager
+async def open_app(
+    settings: Settings,
+    *,
+    platform_rules: str,
+    surfaces: SurfaceFactory | None = None,
+    recover_prefix: str | None = None,
+) -> AsyncIterator[App]:
+    """Open the store and build the runner; on exit stop every run, close models and store.
+
+    `recover_prefix` limits crash recovery to conversations whose key starts with it (a
+    terminal process must not touch a bot's runs). Raises `SettingsError` if the data
+    directory or database can't be opened.
+    """
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingsError(
+            f"TEAMMATE_DATA_DIR: cannot create {settings.data_dir}: {exc.strerror}"
+        ) from None
+    try:
+        store = await _LocalRecoveryStore.open(settings.database_path)
+    except Exception as exc:
+        raise SettingsError(
+            f"the database {settings.database_path} cannot be opened: {exc}"
+        ) from None
+    assert isinstance(store, _LocalRecoveryStore)
+    store.recover_prefix = recover_prefix
+    models = ModelFactory(settings)
+    toolsets = toolset_factory(settings)
+    runner = ConversationRunner(
+        store=store,
+        settings=settings,
+        model_factory=models,
+        toolset_factory=toolsets,
+        platform_rules=platform_rules,
+        surfaces=surfaces,
+    )
+    app = App(settings=settings, store=store, runner=runner, models=models, toolsets=toolsets)
+    try:
+        yield app
+    finally:
+        try:
+            await runner.close()
+        finally:
+            await models.aclose()
+            await store.close()
