@@ -25,7 +25,6 @@ import sqlite3  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from importlib.metadata import version  # noqa: E402
 
 from core.messages import (  # noqa: E402
     AssistantMessage,
@@ -166,7 +165,7 @@ async def run(directory: str) -> dict[str, float]:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="teammate-bench-") as directory:
         print(f"python {platform.python_version()} ({platform.python_implementation()})")
-        print(f"sqlite {sqlite3.sqlite_version}, aiosqlite {version('aiosqlite')}")
+        print(f"sqlite {sqlite3.sqlite_version} (stdlib sqlite3, one DB thread, group commit)")
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
         print(f"temp dir: {directory}")
         print("pragmas: journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON")

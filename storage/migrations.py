@@ -6,6 +6,8 @@ database has had, and the decision whether a file may be opened at all.
 Rules (they keep every database that ever existed upgradable):
 - A migration, once released, is never edited, renamed or reordered. Change the schema by
   appending a new one; names are `mNNN_what_it_does` with strictly increasing numbers.
+- Migrations are synchronous functions over a `sqlite3.Connection` in autocommit mode
+  (`isolation_level=None`); the store runs them on its database thread while opening.
 - All pending migrations run in one `BEGIN IMMEDIATE` transaction, so an upgrade either
   completes or leaves the database exactly as the older Teammate expects it. (SQLite DDL,
   `PRAGMA user_version` and `PRAGMA application_id` are all transactional.)
@@ -22,10 +24,8 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import aiosqlite
 
 from storage.base import SchemaError
 
@@ -38,15 +38,15 @@ _NAME = re.compile(r"^m(\d{3})_[a-z0-9_]+$")
 @dataclass(frozen=True, slots=True)
 class Migration:
     name: str
-    apply: Callable[[aiosqlite.Connection], Awaitable[None]]
+    apply: Callable[[sqlite3.Connection], None]
 
 
 MIGRATIONS: list[Migration] = []
 
 
 def migration(
-    fn: Callable[[aiosqlite.Connection], Awaitable[None]],
-) -> Callable[[aiosqlite.Connection], Awaitable[None]]:
+    fn: Callable[[sqlite3.Connection], None],
+) -> Callable[[sqlite3.Connection], None]:
     """Append `fn` to `MIGRATIONS`; its name (`mNNN_...`) must follow the previous one's."""
     match = _NAME.match(fn.__name__)
     if match is None:
@@ -59,18 +59,18 @@ def migration(
     return fn
 
 
-async def _run(db: aiosqlite.Connection, *statements: str) -> None:
+def _run(db: sqlite3.Connection, *statements: str) -> None:
     # One statement per call: `executescript` would COMMIT the migration's transaction.
     for statement in statements:
-        await db.execute(statement)
+        db.execute(statement)
 
 
 # --- the migrations, oldest first: append only ---------------------------------------------
 
 
 @migration
-async def m001_conversations_messages_runs(db: aiosqlite.Connection) -> None:
-    await _run(
+def m001_conversations_messages_runs(db: sqlite3.Connection) -> None:
+    _run(
         db,
         """
         CREATE TABLE conversations (
@@ -133,8 +133,8 @@ async def m001_conversations_messages_runs(db: aiosqlite.Connection) -> None:
 
 
 @migration
-async def m002_compactions(db: aiosqlite.Connection) -> None:
-    await _run(
+def m002_compactions(db: sqlite3.Connection) -> None:
+    _run(
         db,
         """
         CREATE TABLE compactions (
@@ -151,8 +151,8 @@ async def m002_compactions(db: aiosqlite.Connection) -> None:
 
 
 @migration
-async def m003_usage_ledger(db: aiosqlite.Connection) -> None:
-    await _run(
+def m003_usage_ledger(db: sqlite3.Connection) -> None:
+    _run(
         db,
         """
         CREATE TABLE usage_ledger (
@@ -196,16 +196,16 @@ class SchemaState:
     blank: bool
 
 
-async def inspect(
-    db: aiosqlite.Connection, path: str, migrations: Sequence[Migration] = MIGRATIONS
+def inspect(
+    db: sqlite3.Connection, path: str, migrations: Sequence[Migration] = MIGRATIONS
 ) -> SchemaState:
     """Read (never write) what `db` is; raise `SchemaError` unless it is ours to open."""
     try:
-        app_id = await _pragma_int(db, "application_id")
-        version = await _pragma_int(db, "user_version")
-        rows = await db.execute_fetchall(
+        app_id = _pragma_int(db, "application_id")
+        version = _pragma_int(db, "user_version")
+        rows = db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
+        ).fetchall()
     except sqlite3.DatabaseError as exc:
         raise SchemaError(
             f"{path} is not a SQLite database ({exc}); Teammate refuses to open it and left it "
@@ -224,7 +224,7 @@ async def inspect(
 
     applied: tuple[str, ...] = ()
     if "_migrations" in tables:
-        names = await db.execute_fetchall("SELECT name FROM _migrations ORDER BY rowid")
+        names = db.execute("SELECT name FROM _migrations ORDER BY rowid").fetchall()
         applied = tuple(str(row[0]) for row in names)
     known = [m.name for m in migrations]
     if version > len(known):
@@ -243,43 +243,44 @@ async def inspect(
     return SchemaState(version=version, applied=applied, blank=False)
 
 
-async def migrate(
-    db: aiosqlite.Connection, path: str, migrations: Sequence[Migration] = MIGRATIONS
+def migrate(
+    db: sqlite3.Connection, path: str, migrations: Sequence[Migration] = MIGRATIONS
 ) -> list[str]:
     """Bring `db` up to date; return the names applied (none when it already was).
 
     `db` must be in autocommit mode (`isolation_level=None`). Safe against another process
     migrating the same file at once: the version is re-read under the write lock.
     """
-    state = await inspect(db, path, migrations)
+    state = inspect(db, path, migrations)
     if state.version == len(migrations):
         return []
-    await db.execute("BEGIN IMMEDIATE")
+    db.execute("BEGIN IMMEDIATE")
     try:
-        state = await inspect(db, path, migrations)
+        state = inspect(db, path, migrations)
         pending = list(migrations[state.version :])
-        await db.execute(
+        db.execute(
             "CREATE TABLE IF NOT EXISTS _migrations ("
             "name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
         )
         for step in pending:
             try:
-                await step.apply(db)
+                step.apply(db)
             except sqlite3.Error as exc:
                 raise SchemaError(f"migration {step.name} failed on {path}: {exc}") from exc
-            await db.execute(
+            db.execute(
                 "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (step.name, time.time())
             )
         # PRAGMA takes no parameters; both values are integers we computed.
-        await db.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
-        await db.execute(f"PRAGMA user_version = {len(migrations):d}")
-        await db.commit()
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")
+        db.execute(f"PRAGMA user_version = {len(migrations):d}")
+        db.execute("COMMIT")
     except BaseException:
-        await db.rollback()
+        if db.in_transaction:
+            db.execute("ROLLBACK")
         raise
     return [step.name for step in pending]
 
 
-async def _pragma_int(db: aiosqlite.Connection, name: str) -> int:
-    rows = list(await db.execute_fetchall(f"PRAGMA {name}"))
-    return int(rows[0][0])
+def _pragma_int(db: sqlite3.Connection, name: str) -> int:
+    row = db.execute(f"PRAGMA {name}").fetchone()
+    return int(row[0])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
-import aiosqlite
 import pytest
 
 from core.messages import AssistantMessage, Author, Text, Usage, UserMessage, dump_message
@@ -68,24 +68,24 @@ async def test_an_older_database_is_upgraded_in_place_and_keeps_its_data(db_path
     # and a run that was still going when that release stopped.
     user = UserMessage(content="hi", author=Author(id="U1", name="Ada"), timestamp=1.0)
     reply = AssistantMessage(content=[Text(text="hello Ada")], timestamp=2.0)
-    async with aiosqlite.connect(db_path, isolation_level=None) as db:
-        assert await migrate(db, str(db_path), MIGRATIONS[:1]) == [MIGRATIONS[0].name]
-        await db.execute(
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as db:
+        assert migrate(db, str(db_path), MIGRATIONS[:1]) == [MIGRATIONS[0].name]
+        db.execute(
             "INSERT INTO conversations (id, key, channel_key, title, settings, last_seq, "
             "created_at, updated_at) VALUES (1, 'slack:T:C:1.0', 'slack:T:C', 'Old', "
             '\'{"model": "m"}\', 2, 10.0, 20.0)'
         )
-        await db.execute(
+        db.execute(
             "INSERT INTO runs (id, conversation_id, outcome, started_at, user_id, channel_key) "
             "VALUES (1, 1, 'running', 15.0, 'U1', 'slack:T:C')"
         )
         for seq, message in ((1, user), (2, reply)):
-            await db.execute(
+            db.execute(
                 "INSERT INTO messages (conversation_id, seq, role, created_at, body) "
                 "VALUES (1, ?, ?, 0, ?)",
                 (seq, message.role, dump_message(message).decode()),
             )
-        await db.execute("INSERT INTO deliveries (id, claimed_at) VALUES ('Ev1', 0)")
+        db.execute("INSERT INTO deliveries (id, claimed_at) VALUES ('Ev1', 0)")
     assert schema_of(db_path)[1:3] == (1, [MIGRATIONS[0].name])
 
     async with SqliteStore.open(db_path) as store:
@@ -108,12 +108,12 @@ async def test_an_older_database_is_upgraded_in_place_and_keeps_its_data(db_path
 
 
 async def test_a_failed_migration_leaves_the_database_as_it_was(db_path: Path) -> None:
-    async with aiosqlite.connect(db_path, isolation_level=None) as db:
-        await migrate(db, str(db_path), MIGRATIONS[:1])
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as db:
+        migrate(db, str(db_path), MIGRATIONS[:1])
 
-    async def broken(db: aiosqlite.Connection) -> None:
-        await db.execute("CREATE TABLE half_done (x INTEGER)")
-        await db.execute("THIS IS NOT SQL")
+    def broken(db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE half_done (x INTEGER)")
+        db.execute("THIS IS NOT SQL")
 
     migrations = [*MIGRATIONS[:2], Migration("m003_broken", broken)]
     with pytest.raises(SchemaError, match="m003_broken"):
