@@ -25,7 +25,6 @@ from bots.surface import SurfaceFactory
 from core.models.base import Model
 from core.models.catalog import create_model
 from core.tools import AnyTool
-from storage.base import RunRecord
 from storage.sqlite import SqliteStore
 from tools.toolset import build_toolset
 
@@ -101,21 +100,6 @@ def toolset_factory(settings: Settings) -> Callable[[str], Sequence[AnyTool]]:
     return build
 
 
-class _LocalRecoveryStore(SqliteStore):
-    """The store as a front end that shares the database with other processes sees it: only
-    runs of its own conversations (by key prefix) count as "running" at start-up, so that
-    `teammate ask` beside a live Slack bot never "recovers" the bot's runs in flight."""
-
-    recover_prefix: str | None = None
-
-    async def running_runs(self) -> list[RunRecord]:
-        runs = await super().running_runs()
-        prefix = self.recover_prefix
-        if prefix is None:
-            return runs
-        return [run for run in runs if run.conversation_key.startswith(prefix)]
-
-
 @dataclass(slots=True)
 class App:
     settings: Settings
@@ -157,7 +141,7 @@ def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path |
         console.setFormatter(formatter)
         root.addHandler(console)
     # Libraries' chatter (HTTP requests) is not ours to show at INFO.
-    for noisy in ("httpx", "httpcore", "anthropic", "aiosqlite"):
+    for noisy in ("httpx", "httpcore", "anthropic"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     install_redaction(settings.secrets())
     return log_file
@@ -169,13 +153,11 @@ async def open_app(
     *,
     platform_rules: str,
     surfaces: SurfaceFactory | None = None,
-    recover_prefix: str | None = None,
 ) -> AsyncIterator[App]:
     """Open the store and build the runner; on exit stop every run, close models and store.
 
-    `recover_prefix` limits crash recovery to conversations whose key starts with it (a
-    terminal process must not touch a bot's runs). Raises `SettingsError` if the data
-    directory or database can't be opened.
+    Raises `SettingsError` if the data directory or database can't be opened. Crash recovery
+    (`runner.recover()`) leaves alone the runs of other live processes on the same database.
     """
     try:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -184,13 +166,11 @@ async def open_app(
             f"TEAMMATE_DATA_DIR: cannot create {settings.data_dir}: {exc.strerror}"
         ) from None
     try:
-        store = await _LocalRecoveryStore.open(settings.database_path)
+        store = await SqliteStore.open(settings.database_path)
     except Exception as exc:
         raise SettingsError(
             f"the database {settings.database_path} cannot be opened: {exc}"
         ) from None
-    assert isinstance(store, _LocalRecoveryStore)
-    store.recover_prefix = recover_prefix
     models = ModelFactory(settings)
     toolsets = toolset_factory(settings)
     runner = ConversationRunner(

@@ -203,18 +203,14 @@ def _prompt(words: list[str]) -> str:
 async def _ask(settings: Settings, name: str, prompt: str) -> int:
     key = conversation_key(name)
     surfaces = TerminalSurfaces(err=sys.stderr, current_key=key)
-    async with open_app(
-        settings, platform_rules=TERMINAL_RULES, surfaces=surfaces, recover_prefix="terminal:"
-    ) as app:
+    async with open_app(settings, platform_rules=TERMINAL_RULES, surfaces=surfaces) as app:
         return await run_ask(app, name, prompt, out=sys.stdout, err=sys.stderr)
 
 
 async def _chat(settings: Settings, name: str) -> int:
     key = conversation_key(name)
     surfaces = TerminalSurfaces(err=sys.stderr, current_key=key)
-    async with open_app(
-        settings, platform_rules=TERMINAL_RULES, surfaces=surfaces, recover_prefix="terminal:"
-    ) as app:
+    async with open_app(settings, platform_rules=TERMINAL_RULES, surfaces=surfaces) as app:
         return await run_chat(
             app,
             name,

@@ -15,7 +15,9 @@ import asyncio
 import base64
 import hashlib
 import logging
+import os
 import re
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +81,7 @@ class _Active:
     loaded_seq: int | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    run_id: int | None = None  # the run being recorded, once started
 
 
 class ConversationRunner:
@@ -104,6 +107,7 @@ class ConversationRunner:
         self._clock = clock
         self._models: dict[str, Model] = {}
         self._active: dict[str, _Active] = {}
+        self._workspaces: dict[str, Path] = {}
 
     # -- the public face -------------------------------------------------------------------
 
@@ -189,8 +193,8 @@ class ConversationRunner:
         # Platforms retry a delivery for minutes, not days; a week of ids is plenty.
         await self.store.prune_deliveries(DELIVERY_MEMORY_S)
         for run in await self.store.running_runs():
-            if run.conversation_key in self._active:
-                continue  # ours, alive (recover called late)
+            if run.conversation_key in self._active or _owner_alive(run.surface_ref):
+                continue  # still running here, or in another live process on this database
             loaded = await self.store.load(run.conversation_id)
             messages = [stored.message for stored in loaded.messages]
             for call_id, name in unanswered_tool_calls(messages):
@@ -201,11 +205,8 @@ class ConversationRunner:
                 run.id, "interrupted", error="interrupted by a restart"
             )
             recovered.append(record)
-            surface = (
-                self._surfaces.for_ref(run.conversation_key, run.surface_ref)
-                if self._surfaces
-                else None
-            )
+            ref = {k: v for k, v in run.surface_ref.items() if k != _OWNER_KEY}
+            surface = self._surfaces.for_ref(run.conversation_key, ref) if self._surfaces else None
             if surface is not None:
                 await self._emit(surface, Notice(INTERRUPTED_NOTICE, "warning"))
                 await self._close_surface(surface)
@@ -220,6 +221,8 @@ class ConversationRunner:
             while True:
                 outcome = await self._guarded_run(active)
                 leftover = active.control.take_pending()
+                if outcome == "aborted" and leftover:
+                    await self._emit(active.surface, Notice(_unanswered(len(leftover))))
                 if outcome == "aborted" or not (leftover or active.early):
                     break
                 # Messages that came too late for that run: answer them in a new one.
@@ -234,12 +237,31 @@ class ConversationRunner:
             active.done.set()
 
     async def _guarded_run(self, active: _Active) -> RunOutcome:
+        active.run_id = None
         try:
             return await self._run(active)
         except Exception:
             reference = new_reference()
             log.exception("run in %s failed (reference %s)", active.conversation.key, reference)
-            await self._emit(active.surface, Notice(unexpected_failure_text(reference), "error"))
+            usage = Usage()
+            if active.run_id is not None:
+                try:
+                    record = await self.store.finish_run(
+                        active.run_id, "error", error=f"unexpected failure {reference}"
+                    )
+                    usage = record.usage
+                except Exception:
+                    log.exception("could not record the failed run %s", active.run_id)
+            finished = RunFinished(
+                conversation_key=active.conversation.key,
+                run_id=active.run_id or 0,
+                outcome="error",
+                usage=usage,
+                final_text="",
+                error_text=unexpected_failure_text(reference),
+                reference=reference,
+            )
+            await self._emit(active.surface, finished)
             return "error"
 
     async def _run(self, active: _Active) -> RunOutcome:
@@ -252,14 +274,14 @@ class ConversationRunner:
             user_id=active.author.id,
             channel_key=conversation.channel_key,
             model=model.info.id,
-            surface_ref=surface.ref,
+            surface_ref={**surface.ref, _OWNER_KEY: _OWNER},
         )
+        active.run_id = run.id
         await self._emit(surface, RunStarted(conversation.key, run.id, active.author))
         if refusal is not None:
             active.loaded_seq = (await self.store.load(conversation.id)).last_seq
             active.early.clear()
             record = await self.store.finish_run(run.id, "error", error=refusal)
-            await self._emit(surface, Notice(refusal, "warning"))
             await self._emit(surface, self._finished(record, "", refusal))
             return "error"
 
@@ -428,8 +450,11 @@ class ConversationRunner:
         )
 
     def _workspace(self, channel_key: str) -> Path:
-        path = self.settings.workspaces_dir / workspace_name(channel_key)
-        path.mkdir(parents=True, exist_ok=True)
+        path = self._workspaces.get(channel_key)
+        if path is None:  # made once per channel, not on every run (a syscall on the loop)
+            path = self.settings.workspaces_dir / workspace_name(channel_key)
+            path.mkdir(parents=True, exist_ok=True)
+            self._workspaces[channel_key] = path
         return path
 
     async def _user_message(self, incoming: Incoming) -> UserMessage:
@@ -500,6 +525,49 @@ class ConversationRunner:
             await surface.close()
         except Exception:
             log.exception("surface failed to close")
+
+
+def _unanswered(count: int) -> str:
+    messages = "message" if count == 1 else f"{count} messages"
+    return (
+        f"I stopped, so I haven't answered the {messages} sent meanwhile. They are part of "
+        "the conversation: send another message and I'll take them into account."
+    )
+
+
+# Which process runs a run, so that recovery at start-up leaves alone the runs of another
+# live process sharing the database (a terminal beside a bot).
+_OWNER_KEY = "runner"
+
+
+def _process_start(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+_OWNER = {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def _owner_alive(surface_ref: dict[str, object]) -> bool:
+    owner = surface_ref.get(_OWNER_KEY)
+    if not isinstance(owner, dict) or owner == _OWNER:
+        return False  # unknown, or this very process (whose live runs are in _active)
+    if owner.get("host") != _OWNER["host"]:
+        return True  # another machine's run: not ours to judge
+    pid = owner.get("pid")
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, under another user
+    start = owner.get("start")
+    return start is None or _process_start(pid) == start  # a reused pid is another process
 
 
 def _last_assistant(messages: list[Message]) -> AssistantMessage | None:

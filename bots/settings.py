@@ -33,11 +33,14 @@ class SettingsError(Exception):
 class ChannelSettings(BaseModel):
     """Settings for one channel (by channel key, e.g. `slack:T1:C1`, `terminal`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     system_prompt: str = ""  # added to the base system prompt
     model: str | None = None
     tools: ToolsConfig | None = None  # replaces the default toolset when given
+
+
+_NO_CHANNEL = ChannelSettings()
 
 
 class BudgetSettings(BaseModel):
@@ -154,7 +157,7 @@ class Settings(BaseSettings):
     def channel(self, channel_key: str) -> ChannelSettings:
         """The settings of a channel: its own entry, else its platform's (`slack`), else none."""
         platform = channel_key.split(":", 1)[0]
-        return self.channels.get(channel_key) or self.channels.get(platform) or ChannelSettings()
+        return self.channels.get(channel_key) or self.channels.get(platform) or _NO_CHANNEL
 
     def model_for(self, channel_key: str) -> str:
         return self.channel(channel_key).model or self.model

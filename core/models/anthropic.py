@@ -306,6 +306,19 @@ class AnthropicModel:
         """Close the HTTP client (only needed when this model made it)."""
         await self._client.close()
 
+    async def probe(self) -> str | None:
+        """Check, cheaply and without generating, that this model is reachable with these
+        credentials (`GET /v1/models/{id}`). None if it is, else a one-line reason."""
+        try:
+            info = await self._client.models.retrieve(self._info.id)
+        except Exception as exc:
+            return self._redact(_classify(exc).message)
+        if info.lifecycle == "retired":
+            return f"{self._info.id} is retired; choose another model (TEAMMATE_MODEL)."
+        if info.lifecycle == "deprecated":
+            log.warning("model %s is deprecated", self._info.id)
+        return None
+
     # -- streaming -----------------------------------------------------------------------------
 
     async def complete(self, request: ModelRequest) -> AssistantMessage:

@@ -214,6 +214,21 @@ async def test_doctor_reports_each_check(tmp_path: Path, data_dir: Path) -> None
     assert "fail  model: claude-sonnet-5-5: ANTHROPIC_API_KEY is not set" in missing_key.out
 
 
+async def test_doctor_probes_the_model_without_generating(
+    tmp_path: Path, data_dir: Path, fake: FakeAnthropic
+) -> None:
+    env = cli_env(tmp_path, data_dir, fake)
+    done = await teammate("doctor", env=env, cwd=tmp_path)
+    assert "ok    model reachable:" in done.out, done.out
+    assert [r.method for r in fake.requests] == ["GET"]  # no message was generated
+
+    wrong = cli_env(tmp_path, data_dir, fake, ANTHROPIC_API_KEY="sk-ant-wrong-key-123")
+    refused = await teammate("doctor", env=wrong, cwd=tmp_path)
+    assert refused.code == 1
+    assert "fail  model reachable:" in refused.out
+    assert "sk-ant-wrong-key-123" not in refused.out + refused.err
+
+
 # -- chat ----------------------------------------------------------------------------------------
 
 

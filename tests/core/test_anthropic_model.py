@@ -751,3 +751,30 @@ async def test_create_model_builds_scripted_and_anthropic_models(fake: FakeAnthr
     assert reply.text() == "fast" and reply.model == "claude-haiku-4-5"
     # Haiku 4.5 has no adaptive thinking: none is asked for.
     assert "thinking" not in fake.bodies[0]
+
+
+async def test_probe_checks_the_model_without_generating(
+    fake: FakeAnthropic, model: AnthropicModel
+) -> None:
+    assert await model.probe() is None
+    [request] = fake.requests
+    assert request.method == "GET" and request.path == f"/v1/models/{model.info.id}"
+    fake.retired_models.add(model.info.id)
+    assert "is retired" in (await model.probe() or "")
+    fake.missing_models.add(model.info.id)
+    problem = await model.probe()
+    assert problem is not None and API_KEY not in problem
+
+
+async def test_probe_with_a_rejected_key_says_so_without_the_key(fake: FakeAnthropic) -> None:
+    sdk = anthropic.AsyncAnthropic(
+        api_key="sk-ant-wrong-key-000",
+        base_url=fake.url,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+    try:
+        problem = await AnthropicModel(client=sdk).probe()
+    finally:
+        await sdk.close()
+    assert problem is not None and "sk-ant-wrong-key-000" not in problem

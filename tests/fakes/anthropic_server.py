@@ -65,6 +65,9 @@ class FakeAnthropic:
         # Streams the client hung up on before they were complete.
         self.disconnects = 0
         self.stream_finished = asyncio.Event()
+        # GET /v1/models/{id}: every id is an active model unless listed here.
+        self.missing_models: set[str] = set()
+        self.retired_models: set[str] = set()
 
     def add(self, *replies: Reply) -> None:
         self._replies.extend(replies)
@@ -80,6 +83,7 @@ class FakeAnthropic:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_get("/v1/models/{model_id}", self._model)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -125,6 +129,34 @@ class FakeAnthropic:
         if isinstance(reply, JSONReply):
             return _json(reply)
         return await self._stream(request, reply)
+
+    async def _model(self, request: web.Request) -> web.StreamResponse:
+        model_id = request.match_info["model_id"]
+        self.requests.append(
+            RecordedRequest(
+                method=request.method,
+                path=request.path,
+                headers={name.lower(): value for name, value in request.headers.items()},
+                body={},
+            )
+        )
+        key = _presented_key(request)
+        if key is None or (self.api_key is not None and key != self.api_key):
+            return _json(error_reply(401, "authentication_error", "invalid x-api-key"))
+        if model_id in self.missing_models:
+            return _json(error_reply(404, "not_found_error", f"model: {model_id}"))
+        retired = model_id in self.retired_models
+        info = {
+            "type": "model",
+            "id": model_id,
+            "display_name": model_id,
+            "created_at": "2026-01-01T00:00:00Z",
+            "deprecated_at": "2026-06-01T00:00:00Z" if retired else None,
+            "lifecycle": "retired" if retired else "active",
+            "max_input_tokens": 1_000_000,
+            "max_tokens": 128_000,
+        }
+        return web.json_response(info, content_type="application/json")
 
     async def _stream(self, request: web.Request, reply: SSEReply) -> web.StreamResponse:
         response = web.StreamResponse(
