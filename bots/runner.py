@@ -56,7 +56,7 @@ from storage.base import (
 
 log = logging.getLogger(__name__)
 
-SubmitResult: TypeAlias = Literal["started", "steered", "duplicate"]
+SubmitResult: TypeAlias = Literal["started", "steered", "duplicate", "refused"]
 
 INTERRUPTED_NOTICE = (
     "My previous answer here was interrupted because Teammate restarted. "
@@ -113,10 +113,17 @@ class ConversationRunner:
 
     async def submit(self, incoming: Incoming, surface: Surface) -> SubmitResult:
         """Accept a message: stored at once; answered by a new run, or steered into the
-        conversation's running one. A repeated delivery is dropped."""
+        conversation's running one. A repeated delivery is dropped; a person or channel not on
+        the allow-lists is told so and nothing is stored."""
         if not await self.store.claim_delivery(incoming.delivery_id):
             log.info("duplicate delivery %s dropped", incoming.delivery_id)
             return "duplicate"
+        refusal = self._access_refusal(incoming)
+        if refusal is not None:
+            log.info("refused %s in %s: %s", incoming.author.id, incoming.channel_key, refusal)
+            await self._emit(surface, Notice(refusal, "warning"))
+            await self._close_surface(surface)
+            return "refused"
         conversation = await self.store.get_or_create_conversation(
             incoming.conversation_key, channel_key=incoming.channel_key, title=incoming.title
         )
@@ -405,7 +412,18 @@ class ConversationRunner:
         log.info("compacted %s up to seq %s (%s tokens)", conversation.key, up_to, tokens)
         return LoadedConversation(conversation=conversation, compaction=stored, messages=cut.recent)
 
-    # -- budgets ---------------------------------------------------------------------------
+    # -- access and budgets ----------------------------------------------------------------
+
+    def _access_refusal(self, incoming: Incoming) -> str | None:
+        """Why this person or channel may not use Teammate (allow-lists), or None."""
+        users = self.settings.allowed_users
+        if users and incoming.author.id not in users:
+            return "Sorry, I'm not enabled for you. Ask an admin to add you to `allowed_users`."
+        channels = self.settings.allowed_channels
+        platform = incoming.channel_key.split(":", 1)[0]
+        if channels and incoming.channel_key not in channels and platform not in channels:
+            return "Sorry, I'm not enabled in this channel (see `allowed_channels`)."
+        return None
 
     async def _budget_refusal(self, conversation: Conversation, author: Author) -> str | None:
         budgets = self.settings.budgets

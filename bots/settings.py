@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
-    admins: list[str] = Field(default_factory=list)  # platform user ids
+    # Who may use Teammate: platform user ids, and channel keys (or a whole platform, "slack").
     allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
     allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
 

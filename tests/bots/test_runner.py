@@ -618,3 +618,25 @@ async def test_recovery_leaves_alone_runs_of_another_live_process(
     recovered = await runner.recover()
     assert sorted(r.id for r in recovered) == sorted([dead.id, reused.id])
     assert [r.id for r in await store.running_runs()] == [live.id]
+
+
+async def test_allow_lists_refuse_others_clearly_and_store_nothing(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(text="hello Ada"), Reply(text="hello again")])
+    runner = make_runner(
+        store, tmp_path, model, allowed_users=["U1"], allowed_channels=["slack:T1:C1", "terminal"]
+    )
+    bob_surface = RecordingSurface()
+    assert await runner.submit(incoming("hi", author=BOB), bob_surface) == "refused"
+    assert "not enabled for you" in bob_surface.notices()[0].text
+    elsewhere = RecordingSurface()
+    other = incoming("hi", key="slack:T1:C2:1.1", channel="slack:T1:C2")
+    assert await runner.submit(other, elsewhere) == "refused"
+    assert "not enabled in this channel" in elsewhere.notices()[0].text
+    assert await store.get_conversation(KEY) is None
+    assert await runner.submit(incoming("hi"), RecordingSurface()) == "started"
+    terminal = incoming("hi", key="terminal:x", channel="terminal:x")
+    assert await runner.submit(terminal, RecordingSurface()) == "started"
+    await runner.wait_all()
+    assert len(model.requests) == 2  # only the allowed ones reached the model
