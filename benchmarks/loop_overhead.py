@@ -5,7 +5,7 @@ it answers with text. Whatever time passes is the loop's (plus the scripted mode
 streaming). Measured for histories of 10, 1,000 and 10,000 messages. Also reports the one-off
 cost of starting a run (history repair), which is paid once per incoming message, not per turn.
 
-Run: uv run python benchmarks/loop_overhead.py [--turns 300] [--repeats 5]
+Run: uv run python -m benchmarks.loop_overhead [--turns 300] [--repeats 5]
 Prints a table, then one JSON line with ms_per_turn_10, ms_per_turn_1000, ms_per_turn_10000.
 """
 
