@@ -222,11 +222,11 @@ class _Run:
         except _Aborted:
             reason, error = "aborted", self.control.signal.reason
         except asyncio.CancelledError:
+            reason, error = "aborted", self.control.signal.reason
             if not self._our_cancel():
                 raise
             # Cancelled between phases: nothing is half-done, just record the abort.
             self._finish_aborted()
-            reason, error = "aborted", self.control.signal.reason
         finally:
             self.emit(AgentEnd(messages=self.added, reason=reason, error_message=error))
             self.emit(None)
@@ -426,7 +426,8 @@ class _Run:
             available = ", ".join(sorted(self.tools)) or "none"
             return _error_result(
                 call,
-                f"Tool '{call.name}' not found. Available tools: {available}.",
+                f"Tool '{call.name}' is not available here (no such tool, or it is not "
+                f"enabled in this conversation). Available tools: {available}.",
                 {"reason": "unknown_tool"},
             )
         try:

@@ -287,7 +287,8 @@ async def test_unknown_tool_is_an_observation() -> None:
     events = await collect(run_agent(context(SleepTool()), model))
     [result] = results_of(events)
     assert result.is_error
-    assert "Tool 'teleport' not found" in result.text()
+    assert "Tool 'teleport' is not available here" in result.text()
+    assert "not enabled in this conversation" in result.text()
     assert "sleep" in result.text()
     assert end_of(events).reason == "stop"
 
