@@ -62,6 +62,10 @@ _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Read-only in the sandbox: enough to run the usual tools, nothing of the host's homes or data.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+# Inside those, what commands must not read even though they may run as root: password hashes,
+# host keys and credentials. Files are replaced by an empty one, directories by an empty tmpfs.
+MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
+MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private", "/etc/teammate")
 
 
 # -- the sandbox ---------------------------------------------------------------------------
@@ -100,6 +104,12 @@ def bwrap_command(
             args += ["--ro-bind", path, path]
     for path in extra_ro:
         args += ["--ro-bind-try", path, path]
+    for path in MASKED_FILES:
+        if os.path.isfile(path):
+            args += ["--ro-bind", "/dev/null", path]
+    for path in MASKED_DIRS:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path]
     ws = str(workspace)
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     args += ["--bind", ws, ws, "--remount-ro", "/", "--chdir", ws, "--"]

@@ -202,6 +202,21 @@ async def test_sandbox_cannot_read_or_write_outside(
 
 
 @needs_sandbox
+async def test_sandbox_hides_host_secrets_even_from_root(workspace: Path) -> None:
+    if not await asyncio.to_thread(os.path.isfile, "/etc/shadow"):
+        pytest.skip("this machine has no /etc/shadow")
+    tool = BashTool(sandbox=SANDBOX)
+    command = (
+        "(cat /etc/shadow || echo DENIED) 2>&1; echo SSH $(ls -A /etc/ssh 2>/dev/null | wc -l)"
+    )
+    shown = text_of(await run(tool, workspace, command))
+    assert "root:" not in shown and "DENIED" in shown
+    assert "SSH 0" in shown
+    # Everything else in /etc a command needs is still there.
+    assert "root" in text_of(await run(tool, workspace, "head -1 /etc/passwd"))
+
+
+@needs_sandbox
 async def test_sandbox_has_no_network(workspace: Path) -> None:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
