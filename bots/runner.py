@@ -200,7 +200,7 @@ class ConversationRunner:
         # Platforms retry a delivery for minutes, not days; a week of ids is plenty.
         await self.store.prune_deliveries(DELIVERY_MEMORY_S)
         for run in await self.store.running_runs():
-            if run.conversation_key in self._active or _owner_alive(run.surface_ref):
+            if run.conversation_key in self._active or _owner_alive(run.owner):
                 continue  # still running here, or in another live process on this database
             loaded = await self.store.load(run.conversation_id)
             messages = [stored.message for stored in loaded.messages]
@@ -212,8 +212,11 @@ class ConversationRunner:
                 run.id, "interrupted", error="interrupted by a restart"
             )
             recovered.append(record)
-            ref = {k: v for k, v in run.surface_ref.items() if k != _OWNER_KEY}
-            surface = self._surfaces.for_ref(run.conversation_key, ref) if self._surfaces else None
+            surface = (
+                self._surfaces.for_ref(run.conversation_key, run.surface_ref)
+                if self._surfaces
+                else None
+            )
             if surface is not None:
                 await self._emit(surface, Notice(INTERRUPTED_NOTICE, "warning"))
                 await self._close_surface(surface)
@@ -281,7 +284,8 @@ class ConversationRunner:
             user_id=active.author.id,
             channel_key=conversation.channel_key,
             model=model.info.id,
-            surface_ref={**surface.ref, _OWNER_KEY: _OWNER},
+            surface_ref=surface.ref,
+            owner=_OWNER,
         )
         active.run_id = run.id
         await self._emit(surface, RunStarted(conversation.key, run.id, active.author))
@@ -553,11 +557,6 @@ def _unanswered(count: int) -> str:
     )
 
 
-# Which process runs a run, so that recovery at start-up leaves alone the runs of another
-# live process sharing the database (a terminal beside a bot).
-_OWNER_KEY = "runner"
-
-
 def _process_start(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
@@ -566,12 +565,13 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
+# Which process runs a run, so that recovery at start-up leaves alone the runs of another
+# live process sharing the database (a terminal beside a bot).
 _OWNER = {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
 
 
-def _owner_alive(surface_ref: dict[str, object]) -> bool:
-    owner = surface_ref.get(_OWNER_KEY)
-    if not isinstance(owner, dict) or owner == _OWNER:
+def _owner_alive(owner: dict[str, object]) -> bool:
+    if not owner or owner == _OWNER:
         return False  # unknown, or this very process (whose live runs are in _active)
     if owner.get("host") != _OWNER["host"]:
         return True  # another machine's run: not ours to judge

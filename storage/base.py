@@ -75,6 +75,7 @@ class RunRecord:
     usage: Usage
     error: str | None
     surface_ref: dict[str, Any]  # where the run was shown (so a restart can report there)
+    owner: dict[str, Any] = field(default_factory=dict)  # which process runs it (see runner)
 
 
 class SchemaError(RuntimeError):
@@ -128,8 +129,10 @@ class ConversationStore(Protocol):
         channel_key: str | None = None,
         model: str | None = None,
         surface_ref: dict[str, Any] | None = None,
+        owner: dict[str, Any] | None = None,
     ) -> RunRecord:
-        """Record a run as "running"; `channel_key` defaults to the conversation's."""
+        """Record a run as "running"; `channel_key` defaults to the conversation's. `owner`
+        identifies the process running it, for crash recovery."""
         ...
 
     async def finish_run(

@@ -284,3 +284,10 @@ def migrate(
 def _pragma_int(db: sqlite3.Connection, name: str) -> int:
     row = db.execute(f"PRAGMA {name}").fetchone()
     return int(row[0])
+
+
+@migration
+def m004_run_owner(db: sqlite3.Connection) -> None:
+    # Which process runs a run (host, pid, process start), so that recovery at start-up can
+    # tell a crashed process's runs from those of another live process on the same database.
+    _run(db, "ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '{}'")

@@ -78,7 +78,7 @@ _OUTCOMES: frozenset[str] = frozenset(get_args(RunOutcome))
 _CONVERSATION_COLUMNS = "id, key, channel_key, title, settings, created_at, updated_at"
 _RUN_COLUMNS = (
     "r.id, r.conversation_id, c.key, r.outcome, r.started_at, r.finished_at, r.user_id, "
-    "r.channel_key, r.model, r.error, r.surface_ref"
+    "r.channel_key, r.model, r.error, r.surface_ref, r.owner"
 )
 _USAGE_SUMS = (
     "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
@@ -349,10 +349,12 @@ class SqliteStore:
         channel_key: str | None = None,
         model: str | None = None,
         surface_ref: dict[str, Any] | None = None,
+        owner: dict[str, Any] | None = None,
     ) -> RunRecord:
         """Record a run as "running". `channel_key` defaults to the conversation's."""
         now = self._clock()
         surface_json = _dump_json(surface_ref or {})
+        owner_json = _dump_json(owner or {})
 
         def body(db: sqlite3.Connection) -> RunRecord:
             found = db.execute(
@@ -363,8 +365,8 @@ class SqliteStore:
             run_channel = found[1] if channel_key is None else channel_key
             cursor = db.execute(
                 "INSERT INTO runs (conversation_id, outcome, started_at, user_id, channel_key, "
-                "model, surface_ref) VALUES (?, 'running', ?, ?, ?, ?, ?)",
-                (conversation_id, now, user_id, run_channel, model, surface_json),
+                "model, surface_ref, owner) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+                (conversation_id, now, user_id, run_channel, model, surface_json, owner_json),
             )
             assert cursor.lastrowid is not None
             # A new run has no ledger entries yet: its usage is zero without asking.
@@ -381,6 +383,7 @@ class SqliteStore:
                 usage=Usage(),
                 error=None,
                 surface_ref=json.loads(surface_json),
+                owner=json.loads(owner_json),
             )
 
         return await self._write(body)
@@ -896,7 +899,7 @@ def _run_by_id(db: sqlite3.Connection, run_id: int) -> RunRecord:
         sums = db.execute(
             f"SELECT {_USAGE_SUMS} FROM usage_ledger WHERE run_id = ?", (run_id,)
         ).fetchone()
-        row = row[:11] + tuple(sums)
+        row = row[:12] + tuple(sums)
     return _run_record(row)
 
 
@@ -916,7 +919,8 @@ def _run_record(row: Sequence[Any]) -> RunRecord:
         model=row[8],
         error=row[9],
         surface_ref=json.loads(row[10]),
-        usage=_usage(row[11:16]),
+        owner=json.loads(row[11]),
+        usage=_usage(row[12:17]),
     )
 
 

@@ -609,14 +609,13 @@ async def test_recovery_leaves_alone_runs_of_another_live_process(
         "start": runner_module._process_start(parent),
     }
     dead_owner = {**alive_owner, "pid": 2**22 + 7}  # above Linux's pid_max: never alive
-    live = await store.start_run(conversation.id, surface_ref={"runner": alive_owner})
-    dead = await store.start_run(conversation.id, surface_ref={"runner": dead_owner})
-    reused = await store.start_run(
-        conversation.id, surface_ref={"runner": {**alive_owner, "start": "1"}}
-    )
+    live = await store.start_run(conversation.id, owner=alive_owner)
+    dead = await store.start_run(conversation.id, owner=dead_owner)
+    reused = await store.start_run(conversation.id, owner={**alive_owner, "start": "1"})
+    unknown = await store.start_run(conversation.id)  # from before owners were recorded
     runner = make_runner(store, tmp_path, ScriptedModel())
     recovered = await runner.recover()
-    assert sorted(r.id for r in recovered) == sorted([dead.id, reused.id])
+    assert sorted(r.id for r in recovered) == sorted([dead.id, reused.id, unknown.id])
     assert [r.id for r in await store.running_runs()] == [live.id]
 
 
