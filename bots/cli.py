@@ -40,6 +40,7 @@ from bots.terminal import (
     run_ask,
     run_chat,
 )
+from core.models.catalog import anthropic_model_spec
 from storage.migrations import MIGRATIONS
 from storage.sqlite import SqliteStore
 from tools.bash import probe_sandbox
@@ -277,7 +278,7 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
     else:
         report("fail", "database", "not checked (the data dir is not writable)")
 
-    await _check_model(settings, report)
+    await _check_models(settings, report)
 
     sandbox = await asyncio.to_thread(probe_sandbox)
     bash = settings.tools.bash
@@ -315,8 +316,17 @@ def _writable(directory: Path) -> str | None:
     return None
 
 
-async def _check_model(settings: Settings, report: Any) -> None:
-    model_id = settings.model
+async def _check_models(settings: Settings, report: Any) -> None:
+    """The default model and every model a channel names."""
+    model_ids = [settings.model]
+    for channel in settings.channels.values():
+        if channel.model and channel.model not in model_ids:
+            model_ids.append(channel.model)
+    for model_id in model_ids:
+        await _check_model(settings, model_id, report)
+
+
+async def _check_model(settings: Settings, model_id: str, report: Any) -> None:
     if not uses_anthropic(model_id):
         report("ok", "model", f"{model_id} (no API key needed)")
         report("ok", "model reachable", "the scripted model runs locally")
@@ -327,7 +337,10 @@ async def _check_model(settings: Settings, report: Any) -> None:
         report("warn", "model reachable", "not checked (no API key)")
         return
     where = settings.anthropic_base_url or "api.anthropic.com"
-    report("ok", "model", f"{model_id} via {where}, ANTHROPIC_API_KEY set")
+    if anthropic_model_spec(model_id).deprecated:
+        report("warn", "model", f"{model_id} is deprecated: choose a current model")
+    else:
+        report("ok", "model", f"{model_id} via {where}, ANTHROPIC_API_KEY set")
     factory = ModelFactory(settings)
     try:
         model = factory(model_id)

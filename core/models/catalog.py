@@ -220,6 +220,9 @@ def create_model(
         )
     from core.models.anthropic import DEFAULT_MAX_RETRIES, AnthropicModel
 
+    if anthropic_model_spec(model_id).deprecated:
+        log.warning("model %s is deprecated; choose a current model", model_id)
+
     return AnthropicModel(
         model_id,
         api_key=api_key,
