@@ -304,11 +304,7 @@ class SqliteStore:
 
     async def message_count(self, conversation_id: int) -> int:
         def body(db: sqlite3.Connection) -> int:
-            row = db.execute(
-                "SELECT last_seq FROM conversations WHERE id = ?", (conversation_id,)
-            ).fetchone()
-            if row is None:
-                raise KeyError(f"no conversation with id {conversation_id}")
+            row = _conversation_row(db, conversation_id, "last_seq")
             return int(row[0])
 
         return await self._read(body)
@@ -357,11 +353,7 @@ class SqliteStore:
         owner_json = _dump_json(owner or {})
 
         def body(db: sqlite3.Connection) -> RunRecord:
-            found = db.execute(
-                "SELECT key, channel_key FROM conversations WHERE id = ?", (conversation_id,)
-            ).fetchone()
-            if found is None:
-                raise KeyError(f"no conversation with id {conversation_id}")
+            found = _conversation_row(db, conversation_id, "key, channel_key")
             run_channel = found[1] if channel_key is None else channel_key
             cursor = db.execute(
                 "INSERT INTO runs (conversation_id, outcome, started_at, user_id, channel_key, "
@@ -437,11 +429,7 @@ class SqliteStore:
         details_json = _dump_json(details or {})
 
         def body(db: sqlite3.Connection) -> Compaction:
-            row = db.execute(
-                "SELECT last_seq FROM conversations WHERE id = ?", (conversation_id,)
-            ).fetchone()
-            if row is None:
-                raise KeyError(f"no conversation with id {conversation_id}")
+            row = _conversation_row(db, conversation_id, "last_seq")
             last_seq = int(row[0])
             if not 0 < up_to_seq <= last_seq:
                 raise ValueError(
@@ -882,6 +870,16 @@ def _messages_after(db: sqlite3.Connection, conversation_id: int, seq: int) -> l
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _conversation_row(db: sqlite3.Connection, conversation_id: int, columns: str) -> Any:
+    """`columns` of one conversation; KeyError if there is no such conversation."""
+    found = db.execute(
+        f"SELECT {columns} FROM conversations WHERE id = ?", (conversation_id,)
+    ).fetchone()
+    if found is None:
+        raise KeyError(f"no conversation with id {conversation_id}")
+    return found
 
 
 def _run_by_id(db: sqlite3.Connection, run_id: int) -> RunRecord:
