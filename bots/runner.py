@@ -238,9 +238,9 @@ class ConversationRunner:
                 # Messages that came too late for that run: answer them in a new one.
                 active.control = RunControl()
                 active.loaded_seq = None
-                late = [m for m in leftover if isinstance(m, UserMessage) and m.author]
-                if late and late[-1].author is not None:
-                    active.author = late[-1].author
+                authors = [m.author for m in leftover if isinstance(m, UserMessage) and m.author]
+                if authors:
+                    active.author = authors[-1]
         finally:
             await self._close_surface(active.surface)
             del self._active[key]
@@ -519,11 +519,10 @@ class ConversationRunner:
     def _backfill_message(self, incoming: Incoming) -> UserMessage:
         lines = ["Earlier messages in this thread, before you were mentioned:"]
         for earlier in incoming.backfill:
-            name = "you (Teammate)" if earlier.from_assistant else None
-            header = user_header(earlier.author, earlier.timestamp)
-            if name:
-                header = header.replace(f"[{earlier.author.name} ", f"[{name} ", 1)
-            lines.append(f"{header}\n{earlier.text}")
+            author = earlier.author
+            if earlier.from_assistant:
+                author = Author(id=author.id, name="you (Teammate)")
+            lines.append(f"{user_header(author, earlier.timestamp)}\n{earlier.text}")
         return UserMessage(content="\n\n".join(lines), timestamp=incoming.backfill[0].timestamp)
 
     def _finished(self, record: RunRecord, final_text: str, error_text: str | None) -> RunFinished:

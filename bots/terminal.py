@@ -199,7 +199,7 @@ class TerminalSurface:
             self._out.flush()
         if event.error_text and event.error_text not in self._notices:
             text = _one_line(event.error_text, 400)
-            if event.reference:
+            if event.reference and event.reference not in text:
                 text += f" (reference {event.reference})"
             if event.outcome == "aborted":
                 self._line(f"■ {text}")

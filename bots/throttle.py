@@ -38,7 +38,6 @@ class Throttle:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self.flush_count = 0
 
     def request(self) -> None:
         """Ask for a flush; cheap and synchronous. Many requests make one flush."""
@@ -87,7 +86,6 @@ class Throttle:
             except Exception:
                 # Counted as done so drain() cannot hang; the next request renders afresh.
                 log.exception("a surface update failed; the next update will retry")
-            self.flush_count += 1
             self._flushed = target
             async with self._changed:
                 self._changed.notify_all()

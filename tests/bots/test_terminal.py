@@ -113,7 +113,7 @@ async def test_errors_and_notices_go_to_stderr_once() -> None:
     surface, out, err = make_surface(stream=False)
     refusal = "Daily budget reached: this conversation has used $1.00 of $1.00 today."
     await surface.emit(Notice(refusal, "warning"))
-    await surface.emit(finished("error", "", refusal))  # the runner repeats it: shown once
+    await surface.emit(finished("error", "", refusal))  # the same words twice: shown once
     assert err.getvalue() == f"! {refusal}\n"
     assert out.getvalue() == ""
     assert surface.failed
@@ -129,6 +129,15 @@ async def test_an_unexpected_failure_shows_its_reference() -> None:
     await surface.close()
     assert "reference ab12cd34" in err.getvalue()
     assert surface.failed and surface.finished is None
+
+
+async def test_a_failed_runs_reference_is_shown_once() -> None:
+    surface, _, err = make_surface()
+    text = "Something went wrong on my side (reference ab12cd34). The team can look it up."
+    failed = RunFinished(KEY, 1, "error", Usage(), "", text, reference="ab12cd34")
+    await surface.emit(failed)
+    assert err.getvalue().count("ab12cd34") == 1
+    assert surface.failed
 
 
 async def test_a_stopped_run_is_marked_as_stopped_not_failed() -> None:
