@@ -5,9 +5,11 @@ chooses a backend (`SqliteStore.open(path)`).
 """
 
 from storage.base import (
+    Accepted,
     Compaction,
     Conversation,
     ConversationStore,
+    InboxItem,
     LoadedConversation,
     RunOutcome,
     RunRecord,
@@ -17,9 +19,11 @@ from storage.base import (
 from storage.sqlite import SqliteStore
 
 __all__ = [
+    "Accepted",
     "Compaction",
     "Conversation",
     "ConversationStore",
+    "InboxItem",
     "LoadedConversation",
     "RunOutcome",
     "RunRecord",

@@ -9,6 +9,7 @@ Must not: import `tools` or `bots`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
@@ -78,6 +79,31 @@ class RunRecord:
     owner: dict[str, Any] = field(default_factory=dict)  # which process runs it (see runner)
 
 
+@dataclass(slots=True, frozen=True)
+class InboxItem:
+    """A user message accepted for a conversation but not yet handed to the model.
+
+    It enters history only when the loop delivers it (`deliver`), so history records the order
+    the model saw; until then it survives restarts here.
+    """
+
+    id: int
+    conversation_id: int
+    message: Message  # the attributed user message
+    surface_ref: dict[str, Any]  # where the sender was answered or acknowledged (may be {})
+    received_at: float
+
+
+@dataclass(slots=True, frozen=True)
+class Accepted:
+    """What `accept_delivery` did: the conversation, the new inbox item, and whether this was
+    the conversation's first message (so the backfill, if any, was stored with it)."""
+
+    conversation: Conversation
+    item: InboxItem
+    created: bool
+
+
 class SchemaError(RuntimeError):
     """The database is not ours, or was written by a newer Teammate."""
 
@@ -120,6 +146,46 @@ class ConversationStore(Protocol):
 
     async def prune_deliveries(self, older_than_s: float) -> int: ...
 
+    # the inbox: accepted user messages waiting for the conversation's driver
+    async def accept_delivery(
+        self,
+        conversation_key: str,
+        message: Message,
+        *,
+        channel_key: str,
+        delivery_id: str | None,
+        backfill: Sequence[Message] = (),
+        title: str | None = None,
+        surface_ref: dict[str, Any] | None = None,
+    ) -> Accepted | None:
+        """ONE transaction: claim `delivery_id` (None: no de-duplication; a repeat returns None
+        and changes nothing); get or create the conversation; if it has no history and no inbox
+        items yet, append `backfill` to its history (so two concurrent first messages store it
+        once, and `created` is True); add `message` to its inbox."""
+        ...
+
+    async def pending(self, conversation_id: int) -> list[InboxItem]:
+        """Inbox items neither delivered nor dropped, in arrival order (survives restarts)."""
+        ...
+
+    async def pending_conversations(self) -> list[int]:
+        """Ids of conversations with pending inbox items, oldest item first (for recovery)."""
+        ...
+
+    async def deliver(
+        self, conversation_id: int, item_ids: Sequence[int], *, run_id: int | None = None
+    ) -> list[StoredMessage]:
+        """ONE transaction: append the items' messages to history in the order given (the
+        order the loop delivered them to the model) and mark them delivered. Items already
+        delivered or dropped are skipped (idempotent). Unknown ids raise `KeyError`."""
+        ...
+
+    async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
+        """Mark pending items as not to be answered (e.g. a stop); they never enter history.
+        Items already delivered or dropped are left as they are. Unknown ids raise
+        `KeyError`."""
+        ...
+
     # runs
     async def start_run(
         self,
@@ -140,6 +206,11 @@ class ConversationStore(Protocol):
     ) -> RunRecord:
         """Close a run, totalling its usage from the ledger. The first finish wins: finishing
         a finished run returns it unchanged. `outcome="running"` raises `ValueError`."""
+        ...
+
+    async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
+        """Replace where a run is shown (e.g. a Slack message ts known after the first post),
+        so a restart can edit that message."""
         ...
 
     async def running_runs(self) -> list[RunRecord]:

@@ -291,3 +291,31 @@ def m004_run_owner(db: sqlite3.Connection) -> None:
     # Which process runs a run (host, pid, process start), so that recovery at start-up can
     # tell a crashed process's runs from those of another live process on the same database.
     _run(db, "ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '{}'")
+
+
+@migration
+def m005_inbox(db: sqlite3.Connection) -> None:
+    # Accepted user messages wait here until the loop delivers them; only then do they enter
+    # `messages`, at the position the model saw them. `body` is cleared on delivery (the
+    # message then lives in `messages` at `seq`), so nothing is stored twice.
+    _run(
+        db,
+        """
+        CREATE TABLE inbox (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            state TEXT NOT NULL DEFAULT 'pending'
+                CHECK (state IN ('pending', 'delivered', 'dropped')),
+            delivery_id TEXT,
+            body TEXT,  -- core.messages.dump_message JSON while pending or dropped
+            surface_ref TEXT NOT NULL DEFAULT '{}',
+            received_at REAL NOT NULL,
+            settled_at REAL,
+            seq INTEGER,  -- its position in history, once delivered
+            run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+            reason TEXT  -- why it was dropped
+        )
+        """,
+        "CREATE INDEX inbox_conversation ON inbox(conversation_id, id)",
+        "CREATE INDEX inbox_pending ON inbox(conversation_id, id) WHERE state = 'pending'",
+    )

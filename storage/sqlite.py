@@ -54,9 +54,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, get_args
 
 from core.messages import Message, Usage, UserMessage, dump_message, load_message
 from storage.base import (
+    Accepted,
     Compaction,
     Conversation,
     ConversationStore,
+    InboxItem,
     LoadedConversation,
     RunOutcome,
     RunRecord,
@@ -243,39 +245,10 @@ class SqliteStore:
     ) -> StoredMessage:
         """Append `message` as the conversation's next seq; committed when this returns."""
         body_json = dump_message(message).decode()
-        author_id = author_name = platform_message_id = None
-        if isinstance(message, UserMessage):
-            platform_message_id = message.platform_message_id
-            if message.author is not None:
-                author_id, author_name = message.author.id, message.author.name
         now = self._clock()
-        role = message.role
 
         def body(db: sqlite3.Connection) -> StoredMessage:
-            row = db.execute(
-                "UPDATE conversations SET last_seq = last_seq + 1, updated_at = ? "
-                "WHERE id = ? RETURNING last_seq",
-                (now, conversation_id),
-            ).fetchone()
-            if row is None:
-                raise KeyError(f"no conversation with id {conversation_id}")
-            seq = int(row[0])
-            db.execute(
-                "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
-                "platform_message_id, run_id, created_at, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    conversation_id,
-                    seq,
-                    role,
-                    author_id,
-                    author_name,
-                    platform_message_id,
-                    run_id,
-                    now,
-                    body_json,
-                ),
-            )
+            seq = _append(db, conversation_id, message, body_json, run_id, now)
             return StoredMessage(seq=seq, message=message)
 
         return await self._write(body)
@@ -334,6 +307,149 @@ class SqliteStore:
             return db.execute("DELETE FROM deliveries WHERE claimed_at < ?", (cutoff,)).rowcount
 
         return await self._write(body)
+
+    # --- the inbox ------------------------------------------------------------------------
+
+    async def accept_delivery(
+        self,
+        conversation_key: str,
+        message: Message,
+        *,
+        channel_key: str,
+        delivery_id: str | None,
+        backfill: Sequence[Message] = (),
+        title: str | None = None,
+        surface_ref: dict[str, Any] | None = None,
+    ) -> Accepted | None:
+        """Claim, get or create, backfill a new conversation, and queue `message`: ONE
+        transaction, so a cancel or crash either loses nothing or did nothing (a retry of the
+        same delivery is then accepted). None for a repeated `delivery_id`."""
+        now = self._clock()
+        body_json = dump_message(message).decode()
+        ref_json = _dump_json(surface_ref or {})
+        backfill_json = [(earlier, dump_message(earlier).decode()) for earlier in backfill]
+
+        def body(db: sqlite3.Connection) -> Accepted | None:
+            if delivery_id is not None:
+                claimed = db.execute(
+                    "INSERT OR IGNORE INTO deliveries (id, claimed_at) VALUES (?, ?)",
+                    (delivery_id, now),
+                )
+                if claimed.rowcount != 1:
+                    return None
+            db.execute(
+                "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                (conversation_key, channel_key, title, now, now),
+            )
+            conversation = _conversation_by(db, "key", conversation_key)
+            assert conversation is not None
+            # New means nothing was ever said here: no history and nothing accepted before.
+            created = (
+                int(_conversation_row(db, conversation.id, "last_seq")[0]) == 0
+                and db.execute(
+                    "SELECT 1 FROM inbox WHERE conversation_id = ? LIMIT 1", (conversation.id,)
+                ).fetchone()
+                is None
+            )
+            if created:
+                for earlier, earlier_json in backfill_json:
+                    _append(db, conversation.id, earlier, earlier_json, None, now)
+            cursor = db.execute(
+                "INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (conversation.id, delivery_id, body_json, ref_json, now),
+            )
+            assert cursor.lastrowid is not None
+            item = InboxItem(
+                id=cursor.lastrowid,
+                conversation_id=conversation.id,
+                message=message,
+                surface_ref=json.loads(ref_json),
+                received_at=now,
+            )
+            return Accepted(conversation=conversation, item=item, created=created)
+
+        return await self._write(body)
+
+    async def pending(self, conversation_id: int) -> list[InboxItem]:
+        """Inbox items neither delivered nor dropped, in arrival order."""
+
+        def body(db: sqlite3.Connection) -> list[InboxItem]:
+            _conversation_row(db, conversation_id, "id")
+            rows = db.execute(
+                "SELECT id, body, surface_ref, received_at FROM inbox "
+                "WHERE conversation_id = ? AND state = 'pending' ORDER BY id",
+                (conversation_id,),
+            ).fetchall()
+            return [
+                InboxItem(
+                    id=int(row[0]),
+                    conversation_id=conversation_id,
+                    message=load_message(row[1]),
+                    surface_ref=json.loads(row[2]),
+                    received_at=float(row[3]),
+                )
+                for row in rows
+            ]
+
+        return await self._read(body)
+
+    async def pending_conversations(self) -> list[int]:
+        """Conversations with pending inbox items, the one waiting longest first."""
+
+        def body(db: sqlite3.Connection) -> list[int]:
+            rows = db.execute(
+                "SELECT conversation_id FROM inbox WHERE state = 'pending' "
+                "GROUP BY conversation_id ORDER BY MIN(id)"
+            ).fetchall()
+            return [int(row[0]) for row in rows]
+
+        return await self._read(body)
+
+    async def deliver(
+        self, conversation_id: int, item_ids: Sequence[int], *, run_id: int | None = None
+    ) -> list[StoredMessage]:
+        """Append the pending items' messages to history in the order given and mark them
+        delivered, in one transaction; items already settled are skipped."""
+        ids = list(item_ids)
+        now = self._clock()
+
+        def body(db: sqlite3.Connection) -> list[StoredMessage]:
+            rows = _inbox_rows(db, conversation_id, ids)
+            stored: list[StoredMessage] = []
+            for item_id in ids:
+                state, body_json = rows[item_id]
+                if state != "pending":
+                    continue
+                assert body_json is not None  # a pending item keeps its body
+                rows[item_id] = ("delivered", None)  # an id given twice is delivered once
+                message = load_message(body_json)
+                seq = _append(db, conversation_id, message, body_json, run_id, now)
+                db.execute(
+                    "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, "
+                    "seq = ?, run_id = ? WHERE id = ?",
+                    (now, seq, run_id, item_id),
+                )
+                stored.append(StoredMessage(seq=seq, message=message))
+            return stored
+
+        return await self._write(body)
+
+    async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
+        """Mark pending items as not to be answered; they never enter history."""
+        ids = list(item_ids)
+        now = self._clock()
+
+        def body(db: sqlite3.Connection) -> None:
+            _inbox_rows(db, conversation_id, ids)
+            db.executemany(
+                "UPDATE inbox SET state = 'dropped', settled_at = ?, reason = ? "
+                "WHERE id = ? AND state = 'pending'",
+                [(now, reason, item_id) for item_id in ids],
+            )
+
+        await self._write(body)
 
     # --- runs -----------------------------------------------------------------------------
 
@@ -400,6 +516,17 @@ class SqliteStore:
                 "WHERE id = ? AND outcome = 'running'",
                 params,
             )
+            return _run_by_id(db, run_id)
+
+        return await self._write(body)
+
+    async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
+        """Replace where a run is shown (e.g. the message ts a surface learned on its first
+        post), so that recovery after a restart can edit that message."""
+        ref_json = _dump_json(ref)
+
+        def body(db: sqlite3.Connection) -> RunRecord:
+            db.execute("UPDATE runs SET surface_ref = ? WHERE id = ?", (ref_json, run_id))
             return _run_by_id(db, run_id)
 
         return await self._write(body)
@@ -835,6 +962,62 @@ def _conversation_by(
         created_at=float(row[5]),
         updated_at=float(row[6]),
     )
+
+
+def _append(
+    db: sqlite3.Connection,
+    conversation_id: int,
+    message: Message,
+    body_json: str,
+    run_id: int | None,
+    now: float,
+) -> int:
+    """Append one message as the conversation's next seq and return that seq."""
+    row = db.execute(
+        "UPDATE conversations SET last_seq = last_seq + 1, updated_at = ? "
+        "WHERE id = ? RETURNING last_seq",
+        (now, conversation_id),
+    ).fetchone()
+    if row is None:
+        raise KeyError(f"no conversation with id {conversation_id}")
+    seq = int(row[0])
+    author_id = author_name = platform_message_id = None
+    if isinstance(message, UserMessage):
+        platform_message_id = message.platform_message_id
+        if message.author is not None:
+            author_id, author_name = message.author.id, message.author.name
+    db.execute(
+        "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
+        "platform_message_id, run_id, created_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            conversation_id,
+            seq,
+            message.role,
+            author_id,
+            author_name,
+            platform_message_id,
+            run_id,
+            now,
+            body_json,
+        ),
+    )
+    return seq
+
+
+def _inbox_rows(
+    db: sqlite3.Connection, conversation_id: int, item_ids: list[int]
+) -> dict[int, tuple[str, str | None]]:
+    """State and body of each of `item_ids`; KeyError unless all are this conversation's."""
+    found: dict[int, tuple[str, str | None]] = {}
+    for item_id in item_ids:
+        row = db.execute(
+            "SELECT state, body FROM inbox WHERE id = ? AND conversation_id = ?",
+            (item_id, conversation_id),
+        ).fetchone()
+        if row is None:
+            raise KeyError(f"no inbox item {item_id} in conversation {conversation_id}")
+        found[item_id] = (str(row[0]), row[1])
+    return found
 
 
 def _latest_compaction(db: sqlite3.Connection, conversation_id: int) -> Compaction | None:
