@@ -14,7 +14,7 @@ from bots.runner import ConversationRunner
 from bots.settings import Settings
 from core.models.scripted import Reply, ScriptedModel, call
 from storage.sqlite import SqliteStore
-from tests.bots.test_runner import SleepTool, incoming
+from tests.bots.runner_helpers import SleepTool, incoming
 from tests.fakes.recording_surface import RecordingSurface
 
 

@@ -9,14 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from bots.incoming import Attachment, BackfillMessage, Incoming
+from bots.incoming import Attachment, BackfillMessage
 from bots.runner import ConversationRunner, workspace_name
 from bots.settings import BudgetSettings, CompactionSettings, Settings
 from core.history import repair_history
@@ -24,7 +22,6 @@ from core.messages import (
     AssistantMessage,
     Author,
     Image,
-    Message,
     Text,
     ToolResultMessage,
     Usage,
@@ -32,96 +29,20 @@ from core.messages import (
 )
 from core.models.base import ModelInfo, ModelRequest, Prices
 from core.models.scripted import Reply, ScriptedModel, call
-from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
+from core.tools import AnyTool
 from storage.sqlite import SqliteStore
+from tests.bots.runner_helpers import (
+    ADA,
+    BOB,
+    CHANNEL,
+    KEY,
+    SleepTool,
+    history,
+    incoming,
+    make_runner,
+    roles,
+)
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
-
-ADA = Author(id="U1", name="Ada")
-BOB = Author(id="U2", name="Bob")
-KEY = "slack:T1:C1:1700000000.000100"
-CHANNEL = "slack:T1:C1"
-
-
-class SleepParams(BaseModel):
-    seconds: float
-
-
-class SleepTool(AgentTool[SleepParams]):
-    name = "sleep"
-    label = "Sleep"
-    description = "Sleep for a while."
-    parameters = SleepParams
-
-    def __init__(self) -> None:
-        self.workspaces: list[Path] = []
-        self.cancelled = 0
-
-    async def execute(self, call_id: str, params: SleepParams, ctx: ToolContext) -> ToolResult:
-        self.workspaces.append(ctx.workspace)
-        try:
-            await asyncio.sleep(params.seconds)
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        return ToolResult.text(f"slept {params.seconds}")
-
-
-_deliveries = iter(range(1, 1_000_000))
-
-
-def incoming(
-    text: str,
-    *,
-    key: str = KEY,
-    channel: str = CHANNEL,
-    author: Author = ADA,
-    delivery: str | None = None,
-    **extra: Any,
-) -> Incoming:
-    return Incoming(
-        conversation_key=key,
-        channel_key=channel,
-        author=author,
-        text=text,
-        delivery_id=delivery or f"evt-{next(_deliveries)}",
-        timestamp=1_796_000_000.0,
-        **extra,
-    )
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    opened = await SqliteStore.open(tmp_path / "teammate.db")
-    yield opened
-    await opened.close()
-
-
-def make_runner(
-    store: SqliteStore,
-    tmp_path: Path,
-    model: ScriptedModel,
-    tools: Sequence[AnyTool] = (),
-    surfaces: RecordingSurfaces | None = None,
-    **settings: Any,
-) -> ConversationRunner:
-    return ConversationRunner(
-        store=store,
-        settings=Settings(data_dir=tmp_path, **settings),
-        model_factory=lambda _model_id: model,
-        toolset_factory=lambda _channel: tools,
-        platform_rules="Plain text only.",
-        surfaces=surfaces or RecordingSurfaces(),
-    )
-
-
-async def history(store: SqliteStore, key: str = KEY) -> list[Message]:
-    conversation = await store.get_conversation(key)
-    assert conversation is not None
-    return [stored.message for stored in (await store.load(conversation.id)).messages]
-
-
-def roles(messages: Sequence[Message]) -> list[str]:
-    return [m.role for m in messages]
 
 
 async def test_answers_persists_and_records_the_run(store: SqliteStore, tmp_path: Path) -> None:
