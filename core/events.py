@@ -7,7 +7,7 @@ Order of one run, as a tree::
     agent_start
     ├─ turn_start                                   (one per model call, up to the turn cap)
     │  ├─ message_start / message_end               steering or follow-up user messages
-    │  │                                            injected before this model call, in order
+    │  │                                            delivered before this model call, in order
     │  ├─ message_start                             the assistant reply begins
     │  │  ├─ message_update *                       text / thinking / tool-call argument deltas
     │  ├─ message_end                               the completed assistant message
@@ -25,7 +25,7 @@ messages the caller put in the context before the run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from core.messages import AssistantMessage, Message, ToolResultMessage
@@ -69,9 +69,13 @@ class MessageEnd:
 
 @dataclass(slots=True, frozen=True)
 class ToolExecutionStart:
+    """A tool call starts. `label` is the tool's own short description of the call for people
+    ("Read README.md"; `AgentTool.describe`), or the tool's name."""
+
     tool_call_id: str
     tool_name: str
     arguments: dict[str, Any]
+    label: str = ""
     type: Literal["tool_execution_start"] = "tool_execution_start"
 
 
@@ -106,11 +110,14 @@ class TurnEnd:
 
 @dataclass(slots=True, frozen=True)
 class AgentEnd:
-    """The run is over. `messages` are those it added; `reason` says why it ended."""
+    """The run is over. `messages` are those it added; `reason` says why it ended.
+    `undelivered` are steering messages the loop took but never delivered (the turn cap or a
+    stop came first): the caller answers them in another run or says why not."""
 
     messages: list[Message]
     reason: EndReason
     error_message: str | None = None
+    undelivered: list[Message] = field(default_factory=list)
     type: Literal["agent_end"] = "agent_end"
 
 

@@ -1,6 +1,6 @@
 """History repair: make any stored conversation safe to replay to a model.
 
-Owns the rules applied before a model call (DESIGN.md §3):
+Owns the rules applied before a model call (docs/architecture.md, "History"):
 - assistant messages that errored or were aborted are not sent;
 - every tool call of a sent assistant message gets a result directly after it: a missing one
   gets a synthetic error result saying the call was interrupted;
@@ -40,10 +40,11 @@ def repair_history(messages: list[Message]) -> list[Message]:
     """The messages to send, repaired. Returns the same objects (and synthetic results);
     never mutates `messages`. One pass, O(n).
 
-    Stored order is arrival order: a message that arrived while a tool batch ran is stored
-    before the batch's results, but it was delivered after them (steering). So the results of
-    an assistant message are gathered from everything up to the next assistant message, and
-    user messages found in between follow them.
+    The runner stores messages in delivery order, so for its history this reordering is a
+    no-op. Conversations stored before that stored arrival order: a message that arrived while
+    a tool batch ran sits before the batch's results but was delivered after them. So the
+    results of an assistant message are gathered from everything up to the next assistant
+    message, and user messages found in between follow them.
     """
     repaired: list[Message] = []
     index = 0

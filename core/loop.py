@@ -3,7 +3,7 @@
 Owns: `run_agent`, `AgentContext`, `LoopConfig` and `RunControl` (steering, follow-ups and
 cancellation fed by the caller while a run works). The event order is drawn in `core.events`.
 
-Rules (DESIGN.md §3):
+Rules (docs/architecture.md, "The agent loop"):
 - Unknown tool, invalid arguments, a raising tool, a tool timeout: error observations for the
   model, never exceptions.
 - Tool calls of one assistant message run concurrently unless any is `sequential`; results are
@@ -17,8 +17,15 @@ Rules (DESIGN.md §3):
   made), before the next model call; follow-ups queued when the loop would stop start a turn.
 - A turn cap ends a runaway run with a clear message.
 
-Cost per turn is independent of the history's length: the history is repaired once when the run
-starts and then only appended to.
+Per-turn cost: the history is repaired once when the run starts and then only appended to; a
+turn never re-validates, re-repairs or re-converts earlier messages. Each model call does get a
+snapshot of the message list (a copy of n references, since a model may keep its request), so
+that one step is O(n) in the history's length: about a microsecond per 100 messages, measured by
+`benchmarks/loop_overhead.py`.
+
+Steering is handed back, never lost: a message taken from the control but not delivered (the
+turn cap, a stop) is listed in `AgentEnd.undelivered`. A message counts as delivered when its
+`message_end` is emitted; the caller records history in that order (docs/architecture.md).
 
 Must not: import anything of ours outside `core`; raise for anything a model or tool does.
 """
@@ -80,6 +87,7 @@ LENGTH_TEXT = (
     "executed. Issue the call again, with smaller arguments if they were long (for example, "
     "write a large file in several parts)."
 )
+MAX_LABEL_CHARS = 120
 CANCELLED_TOOL_TEXT = "The run was stopped before this tool finished; its outcome is unknown."
 
 
@@ -210,6 +218,8 @@ class _Run:
         # What the next model call sends: repaired once here, then only appended to.
         self.sendable: list[Message] = repair_history(context.messages)
         self.added: list[Message] = []
+        # Messages taken from the control but never delivered (turn cap, stop): handed back.
+        self.undelivered: list[Message] = []
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -228,7 +238,14 @@ class _Run:
             # Cancelled between phases: nothing is half-done, just record the abort.
             self._finish_aborted()
         finally:
-            self.emit(AgentEnd(messages=self.added, reason=reason, error_message=error))
+            self.emit(
+                AgentEnd(
+                    messages=self.added,
+                    reason=reason,
+                    error_message=error,
+                    undelivered=self.undelivered,
+                )
+            )
             self.emit(None)
 
     async def _turns(self) -> tuple[EndReason, str | None]:
@@ -236,18 +253,21 @@ class _Run:
         turn = 0
         while True:
             if turn >= self.config.max_turns:
+                # Steering taken after the last allowed turn goes back to the caller.
+                self.undelivered = pending
                 return "turn_limit", (
                     f"I stopped after {self.config.max_turns} steps in one go (the turn limit). "
                     "Tell me to continue if you want me to keep going."
                 )
             turn += 1
             self.emit(TurnStart(turn=turn))
+            if self.control.cancelled:
+                self.undelivered = pending  # a stopped run delivers nothing more
+                self._finish_aborted()
+                raise _Aborted
             for message in pending:
                 self._add(message)
             pending = []
-            if self.control.cancelled:
-                self._finish_aborted()
-                raise _Aborted
             reply = await self._stream_reply()
             self._add(reply, started=True)
             if reply.stop_reason in ("error", "aborted"):
@@ -358,7 +378,7 @@ class _Run:
     def _refuse_cut_off_calls(self, calls: list[ToolCall]) -> list[ToolResultMessage]:
         results = []
         for call in calls:
-            self.emit(ToolExecutionStart(call.id, call.name, call.arguments))
+            self.emit(ToolExecutionStart(call.id, call.name, call.arguments, call.name))
             result = _error_result(call, LENGTH_TEXT, {"reason": "length"})
             self.emit(ToolExecutionEnd(call.id, call.name, result, 0.0))
             results.append(result)
@@ -370,8 +390,12 @@ class _Run:
         results: dict[str, ToolResultMessage] = {}
         runnable: list[tuple[ToolCall, AnyTool, Any]] = []
         for call in calls:
-            self.emit(ToolExecutionStart(call.id, call.name, call.arguments))
             prepared = self._prepare(call)
+            if isinstance(prepared, ToolResultMessage):
+                label = call.name
+            else:
+                label = _label(*prepared)
+            self.emit(ToolExecutionStart(call.id, call.name, call.arguments, label))
             if isinstance(prepared, ToolResultMessage):
                 self.emit(ToolExecutionEnd(call.id, call.name, prepared, 0.0))
                 results[call.id] = prepared
@@ -483,6 +507,18 @@ class _Run:
         )
         self.emit(ToolExecutionEnd(call.id, call.name, result, time.monotonic() - started))
         return result
+
+
+def _label(tool: AnyTool, params: Any) -> str:
+    """The tool's own one-line description of a call, bounded; its name if that fails."""
+    try:
+        text = " ".join(tool.describe(params).split())
+    except Exception:
+        log.warning("tool %s could not describe a call", tool.name, exc_info=True)
+        return tool.name
+    if not text:
+        return tool.name
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
 
 
 def _error_result(call: ToolCall, text: str, details: Any = None) -> ToolResultMessage:
