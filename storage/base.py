@@ -108,6 +108,20 @@ class SchemaError(RuntimeError):
     """The database is not ours, or was written by a newer Teammate."""
 
 
+class DatabaseDamaged(SchemaError):
+    """The database file has damaged pages: it is refused, so nothing is written into it."""
+
+    def __init__(self, path: str, problems: Sequence[str]) -> None:
+        self.path = path
+        self.problems = list(problems)
+        shown = "; ".join(self.problems[:3]) + ("; ..." if len(self.problems) > 3 else "")
+        super().__init__(
+            f"{path} is damaged ({shown}); Teammate refuses to write into it and left it "
+            "untouched. Run `teammate doctor` for the full check, then restore a backup or "
+            f"recover what is readable with `sqlite3 {path} .recover` into a new file."
+        )
+
+
 class ConversationStore(Protocol):
     """Persisted conversations. All methods commit before they return.
 

@@ -14,7 +14,8 @@ Rules (they keep every database that ever existed upgradable):
 - A database is recognised by `PRAGMA application_id`; `PRAGMA user_version` is the number of
   migrations applied and `_migrations` lists them by name with the time they ran.
 - Checks happen before anything is written: a file that is not SQLite, a SQLite database that is
-  not ours, or one written by a newer Teammate raises `SchemaError` and is left untouched.
+  not ours, or one written by a newer Teammate raises `SchemaError` and is left untouched; one
+  with damaged pages (`PRAGMA quick_check`) raises `DatabaseDamaged`, a `SchemaError` too.
 
 Must not: know about messages or the store's queries; import anything but `core` and `storage`.
 """
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from storage.base import SchemaError
+from storage.base import DatabaseDamaged, SchemaError
 
 # "Tmat" in ASCII: marks a file as a Teammate database (bytes 68-71 of the SQLite header).
 APPLICATION_ID = 0x546D6174
@@ -279,6 +280,32 @@ def migrate(
             db.execute("ROLLBACK")
         raise
     return [step.name for step in pending]
+
+
+def integrity_problems(db: sqlite3.Connection, *, full: bool, limit: int = 100) -> list[str]:
+    """What SQLite finds wrong with the file (none: `[]`); reads only.
+
+    `full=False` is `PRAGMA quick_check`: every page and record is read, but indexes are not
+    matched against their tables (linear in the file's size, fine at start-up). `full=True`
+    adds that, and foreign keys (`PRAGMA integrity_check`, `foreign_key_check`).
+    """
+    try:
+        pragma = "integrity_check" if full else "quick_check"
+        rows = db.execute(f"PRAGMA {pragma}({limit:d})").fetchall()
+        problems = [str(row[0]) for row in rows if str(row[0]) != "ok"]
+        if full:
+            orphans = db.execute("PRAGMA foreign_key_check").fetchmany(limit)
+            problems += [f"{row[0]} row {row[1]} refers to a missing {row[2]}" for row in orphans]
+    except sqlite3.DatabaseError as exc:  # e.g. "database disk image is malformed"
+        return [str(exc)]
+    return problems[:limit]
+
+
+def refuse_damaged(db: sqlite3.Connection, path: str) -> None:
+    """Raise `DatabaseDamaged` if the quick check finds anything wrong; writes nothing."""
+    problems = integrity_problems(db, full=False)
+    if problems:
+        raise DatabaseDamaged(path, problems)
 
 
 def _pragma_int(db: sqlite3.Connection, name: str) -> int:

@@ -46,7 +46,14 @@ from storage.base import (
     SchemaError,
     StoredMessage,
 )
-from storage.migrations import MIGRATIONS, Migration, inspect, migrate
+from storage.migrations import (
+    MIGRATIONS,
+    Migration,
+    inspect,
+    integrity_problems,
+    migrate,
+    refuse_damaged,
+)
 from storage.sqlite_thread import Body, DbThread, nothing
 
 T = TypeVar("T")
@@ -83,7 +90,8 @@ class SqliteStore:
         """Open (creating or upgrading) the database at `path`; await it or `async with` it.
 
         Raises `SchemaError` for a file that is not a Teammate database or was written by a
-        newer Teammate; such a file is left untouched. `":memory:"` gives a private,
+        newer Teammate, and `DatabaseDamaged` (a `SchemaError`) for one with damaged pages;
+        such a file is left untouched. `":memory:"` gives a private,
         non-durable database (for tests and demos).
         """
         return _Opening(cls._open(str(path), clock, busy_timeout_s, migrations))
@@ -97,6 +105,7 @@ class SqliteStore:
             db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000):d}")
             db.execute("PRAGMA foreign_keys = ON")
             inspect(db, path, migrations)
+            refuse_damaged(db, path)
             (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
             if path != ":memory:" and str(mode).lower() != "wal":
                 raise SchemaError(f"{path}: could not switch to WAL mode (got {mode!r})")
@@ -110,6 +119,33 @@ class SqliteStore:
             db.stop()  # after the setup (even a cancelled caller's): closes the connection
             raise
         return cls(db, path, clock)
+
+    async def integrity_check(self) -> list[str]:
+        """Everything SQLite finds wrong with the file, indexes and foreign keys included
+        (`[]`: healthy). Reads the whole file on the store's thread: for `teammate doctor`,
+        not for a busy bot."""
+
+        def body(db: sqlite3.Connection) -> list[str]:
+            return integrity_problems(db, full=True)
+
+        return await self._read(body)
+
+    @staticmethod
+    async def check_file(path: str | Path) -> list[str]:
+        """The full check of a file the store would refuse to open (e.g. `DatabaseDamaged`),
+        read-only and off the event loop; a missing file is reported, never created."""
+
+        def check() -> list[str]:
+            try:
+                db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+            except sqlite3.Error as exc:
+                return [f"{path}: {exc}"]
+            try:
+                return integrity_problems(db, full=True)
+            finally:
+                db.close()
+
+        return await asyncio.to_thread(check)
 
     async def close(self) -> None:
         """Finish every call already made, then close the connection and stop the thread."""
