@@ -92,7 +92,8 @@ ApiBlock: TypeAlias = dict[str, Any]
 ApiMessage: TypeAlias = dict[str, Any]
 
 _EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
-_CONVERTED_CACHE_LIMIT = 20_000
+# Converted messages kept per model, in bytes of payload: base64 images count in full.
+DEFAULT_CONVERSION_CACHE_BYTES = 64 * 1024 * 1024
 
 # -- the stop-reason table ----------------------------------------------------------------------
 
@@ -280,6 +281,7 @@ class AnthropicModel:
         retry: RetryPolicy | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_continuations: int = DEFAULT_MAX_CONTINUATIONS,
+        conversion_cache_bytes: int = DEFAULT_CONVERSION_CACHE_BYTES,
     ) -> None:
         self._spec = anthropic_model_spec(model)
         self._info = self._spec.info
@@ -290,13 +292,15 @@ class AnthropicModel:
         self._client = client or anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout_s
         )
-        # Converted API blocks per message object, keyed by id(); the message itself is kept
-        # so its id cannot be reused while the entry lives. Messages are final once sent.
-        self._converted: dict[int, tuple[Message, str, list[ApiBlock]]] = {}
+        self._converted = ConversionCache(conversion_cache_bytes)
 
     @property
     def info(self) -> ModelInfo:
         return self._info
+
+    @property
+    def conversion_cache(self) -> ConversionCache:
+        return self._converted
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
@@ -486,18 +490,16 @@ class AnthropicModel:
         return merged
 
     def _convert(self, message: Message) -> tuple[str, list[ApiBlock]]:
-        cached = self._converted.get(id(message))
-        if cached is not None and cached[0] is message:
-            return cached[1], cached[2]
+        cached = self._converted.get(message)
+        if cached is not None:
+            return cached
         if isinstance(message, UserMessage):
             role, blocks = "user", _user_blocks(message)
         elif isinstance(message, ToolResultMessage):
             role, blocks = "user", [_tool_result_block(message)]
         else:
             role, blocks = "assistant", self._assistant_blocks(message)
-        if len(self._converted) >= _CONVERTED_CACHE_LIMIT:
-            self._converted.pop(next(iter(self._converted)))
-        self._converted[id(message)] = (message, role, blocks)
+        self._converted.put(message, role, blocks)
         return role, blocks
 
     def _assistant_blocks(self, message: AssistantMessage) -> list[ApiBlock]:
@@ -526,6 +528,71 @@ class AnthropicModel:
             elif isinstance(part, ProviderBlock) and part.provider == PROVIDER:
                 blocks.append(part.data)
         return blocks
+
+
+class ConversionCache:
+    """Converted API blocks per message object, least recently used first out, within a budget
+    of `max_bytes` of payload (text, base64 image data, tool arguments, roughly counted).
+
+    Keyed by `id()`; the entry keeps the message itself, so its id cannot be reused while the
+    entry lives. Messages are final once sent, so a hit is always still right. A message
+    bigger than the whole budget is converted each time instead of evicting everything.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes_used = 0
+        self._entries: dict[int, tuple[Message, str, list[ApiBlock], int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, message: Message) -> bool:
+        entry = self._entries.get(id(message))
+        return entry is not None and entry[0] is message
+
+    def get(self, message: Message) -> tuple[str, list[ApiBlock]] | None:
+        key = id(message)
+        entry = self._entries.get(key)
+        if entry is None or entry[0] is not message:
+            return None
+        self._entries[key] = self._entries.pop(key)  # now the most recently used
+        return entry[1], entry[2]
+
+    def put(self, message: Message, role: str, blocks: list[ApiBlock]) -> None:
+        size = _payload_size(blocks)
+        if size > self.max_bytes:
+            return
+        old = self._entries.pop(id(message), None)
+        if old is not None:
+            self.bytes_used -= old[3]
+        while self._entries and self.bytes_used + size > self.max_bytes:
+            oldest = next(iter(self._entries))
+            self.bytes_used -= self._entries.pop(oldest)[3]
+        self._entries[id(message)] = (message, role, blocks, size)
+        self.bytes_used += size
+
+
+def _payload_size(blocks: list[ApiBlock]) -> int:
+    """About how many bytes `blocks` hold: string lengths plus a little per container. No
+    recursion (tool arguments may nest deeply) and no copying (images are large)."""
+    size = 0
+    stack: list[Any] = [blocks]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, dict):
+            size += 64
+            for key, item in value.items():
+                size += len(key) if isinstance(key, str) else 8
+                stack.append(item)
+        elif isinstance(value, list | tuple):
+            size += 56 + 8 * len(value)
+            stack.extend(value)
+        else:
+            size += 16
+    return size
 
 
 def _api_tool(tool: ToolSpec) -> ApiBlock:

@@ -32,7 +32,7 @@ from core.messages import (
     Usage,
     UserMessage,
 )
-from core.models.anthropic import AnthropicModel, RetryPolicy
+from core.models.anthropic import AnthropicModel, ConversionCache, RetryPolicy
 from core.models.base import (
     ModelRequest,
     StreamEnd,
@@ -602,6 +602,77 @@ async def test_system_prompt_is_byte_identical_and_the_breakpoint_moves_to_the_n
         "role": "user",
         "content": [{"type": "text", "text": "first question"}],
     }
+
+
+def _picture(n: int, size: int) -> UserMessage:
+    # base64 of the right alphabet; the fake API does not decode images.
+    data = (f"{n:04d}" * (size // 4 + 1))[:size]
+    return UserMessage(content=[Text(text=f"picture {n}"), Image(data=data, mime_type="image/png")])
+
+
+def _image_data(message: UserMessage) -> str:
+    assert isinstance(message.content, list)
+    return next(part.data for part in message.content if isinstance(part, Image))
+
+
+async def test_the_conversion_cache_holds_its_byte_budget_as_big_images_arrive(
+    fake: FakeAnthropic, client: anthropic.AsyncAnthropic
+) -> None:
+    budget = 300_000
+    model = AnthropicModel(client=client, conversion_cache_bytes=budget)
+    history: list[Message] = []
+    # 8 images of 100 KB (800 KB: the fake API takes requests up to 1 MiB) through 300 KB.
+    for n in range(8):
+        history.append(_picture(n, 100_000))
+        fake.add(text_reply(f"seen {n}"))
+        _, reply = await collect(model, ask(*history))
+        assert reply.stop_reason == "stop", reply.error_message
+        history.append(reply)
+        assert model.conversion_cache.bytes_used <= budget
+
+    cache = model.conversion_cache
+    pictures = [m for m in history if isinstance(m, UserMessage)]
+    # The newest stay (the next request sends them again); the oldest were evicted.
+    assert pictures[-1] in cache and pictures[-2] in cache
+    assert pictures[0] not in cache and pictures[1] not in cache
+    assert cache.bytes_used > budget // 2  # it is used, not emptied
+    # Evicted or not, every image went out whole in the last request.
+    sent = [
+        block["source"]["data"]
+        for message in fake.bodies[-1]["messages"]
+        for block in message["content"]
+        if block["type"] == "image"
+    ]
+    assert sent == [_image_data(p) for p in pictures]
+
+
+async def test_a_message_bigger_than_the_budget_is_sent_but_not_kept(
+    fake: FakeAnthropic, client: anthropic.AsyncAnthropic
+) -> None:
+    model = AnthropicModel(client=client, conversion_cache_bytes=100_000)
+    small, huge = UserMessage(content="look at this"), _picture(1, 300_000)
+    fake.add(text_reply("a big one"))
+
+    _, reply = await collect(model, ask(small, huge))
+    assert reply.stop_reason == "stop", reply.error_message
+
+    assert small in model.conversion_cache and huge not in model.conversion_cache
+    assert model.conversion_cache.bytes_used < 100_000
+    assert fake.bodies[0]["messages"][0]["content"][-1]["source"]["data"] == _image_data(huge)
+
+
+def test_the_conversion_cache_evicts_the_least_recently_used() -> None:
+    cache = ConversionCache(max_bytes=2_500)
+    a, b, c = (UserMessage(content=name * 1_000) for name in "abc")
+    for message in (a, b):
+        cache.put(message, "user", [{"type": "text", "text": message.content}])
+    assert cache.get(a) is not None  # a is now more recent than b
+
+    cache.put(c, "user", [{"type": "text", "text": c.content}])
+
+    assert a in cache and c in cache and b not in cache
+    assert cache.get(b) is None
+    assert len(cache) == 2 and cache.bytes_used <= 2_500
 
 
 async def test_thinking_from_another_model_is_not_replayed_as_signed_thinking(
