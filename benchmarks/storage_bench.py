@@ -1,7 +1,8 @@
 """How fast the SQLite store appends and loads, at realistic message sizes.
 
-Run: `uv run python benchmarks/storage.py`. Prints the conditions, a table, and last one JSON
-line with `append_ms_at_10`, `append_ms_at_10000`, `load_ms_10000`,
+Run: `uv run python -m benchmarks.storage_bench` or `uv run python benchmarks/storage_bench.py`
+(not named `storage.py`: that would shadow the package it measures). Prints the conditions, a
+table, and last one JSON line with `append_ms_at_10`, `append_ms_at_10000`, `load_ms_10000`,
 `appends_per_s_200_concurrent`. Targets: append at 10,000 within 1.5x of append at 10;
 loading 10,000 messages under 150 ms. A measurement, not a test: CI does not run it.
 """
@@ -11,22 +12,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-# This file shares its name with the package it measures: let `import storage` find the package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
+if not __package__:  # run as `python benchmarks/storage_bench.py`: find the project's packages
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import sqlite3  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import asyncio
+import json
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
 
-from core.messages import (  # noqa: E402
+from core.messages import (
     AssistantMessage,
     Author,
     Message,
@@ -37,7 +36,7 @@ from core.messages import (  # noqa: E402
     UserMessage,
     dump_message,
 )
-from storage.sqlite import SqliteStore  # noqa: E402
+from storage.sqlite import SqliteStore
 
 BIG = 10_000
 SAMPLES = 200

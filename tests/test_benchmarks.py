@@ -1,0 +1,54 @@
+"""Every benchmark runs both as `python -m benchmarks.NAME` and as `python benchmarks/NAME.py`.
+
+Run as a file, Python puts `benchmarks/` first on `sys.path`, so a benchmark named after a
+package (`storage.py`) is what `import storage` finds. These tests only import the benchmarks
+(their `__main__` blocks do not run), in fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = sorted(
+    path for path in (ROOT / "benchmarks").glob("*.py") if not path.name.startswith("_")
+)
+
+
+def top_level_names() -> set[str]:
+    """Every name a benchmark file could shadow: ours, the standard library's, installed ones."""
+    ours = {path.parent.name for path in ROOT.glob("*/__init__.py")}
+    return ours | set(sys.stdlib_module_names) | set(packages_distributions())
+
+
+def test_there_are_benchmarks_to_check() -> None:
+    assert {path.stem for path in BENCHMARKS} >= {"storage_bench", "concurrency"}
+
+
+@pytest.mark.parametrize("path", BENCHMARKS, ids=lambda path: path.stem)
+def test_no_benchmark_shadows_a_top_level_module(path: Path) -> None:
+    assert path.stem not in top_level_names(), (
+        f"benchmarks/{path.name} shadows the module {path.stem!r} when run as a file; rename it"
+    )
+
+
+@pytest.mark.parametrize("path", BENCHMARKS, ids=lambda path: path.stem)
+def test_a_benchmark_imports_as_a_module_and_as_a_file(path: Path, tmp_path: Path) -> None:
+    as_module = f"import benchmarks.{path.stem}"
+    # What `python benchmarks/NAME.py` does, short of running `__main__`: its directory
+    # first on sys.path, run from elsewhere.
+    as_file = (
+        "import runpy, sys; "
+        f"sys.path[0] = {str(path.parent)!r}; "
+        f"runpy.run_path({str(path)!r}, run_name='benchmark_import_check')"
+    )
+    for code, cwd in ((as_module, ROOT), (as_file, tmp_path)):
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, f"{code}\n{done.stderr[-2000:]}"
