@@ -2,7 +2,8 @@
 
 Owns: the `ConversationStore` protocol and the records it returns. Every backend (SQLite now;
 PostgreSQL could follow as another module) implements this protocol, so callers never change.
-Records carry `core` messages, never rows; nothing outside `storage/` writes SQL.
+Records carry `core` messages, never rows; nothing outside `storage/` writes SQL. The contract
+and the inbox flow are described in docs/architecture.md ("The contracts", "The runner").
 
 Must not: import `tools` or `bots`.
 """

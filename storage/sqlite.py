@@ -4,7 +4,8 @@ Owns: the SQL behind every store method, the connection's pragmas, and opening a
 then migrations). The thread that runs the SQL and commits it in groups is `sqlite_thread`;
 mapping rows to records, and the statements several methods share, is `sqlite_rows`.
 
-How it stays correct and fast (the thread's side is described in `sqlite_thread`):
+How it stays correct and fast (docs/architecture.md, "Storage"; the thread's side is in
+`sqlite_thread`):
 - Each store method is ONE body run by the database thread: one transaction, whole or not at
   all, even if its caller is cancelled midway.
 - WAL with `synchronous=NORMAL`: a commit appends to the WAL with `write()` before it returns,
