@@ -226,6 +226,20 @@ async def test_deliver_appends_in_the_order_given_and_is_idempotent(
     assert loaded.messages[0].message == user("a")  # author and all, as accepted
 
 
+async def test_the_same_item_delivered_twice_at_once_enters_history_once(
+    store: SqliteStore,
+) -> None:
+    a = await accept(store, "a", "ev-a")
+    conversation_id = a.conversation.id
+
+    results = await asyncio.gather(
+        *(store.deliver(conversation_id, [a.item.id, a.item.id]) for _ in range(3))
+    )
+
+    assert sorted(len(stored) for stored in results) == [0, 0, 1]
+    assert await history(store, conversation_id) == ["a"]
+
+
 async def test_deliver_refuses_unknown_or_foreign_ids_and_changes_nothing(
     store: SqliteStore,
 ) -> None:

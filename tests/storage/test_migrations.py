@@ -103,6 +103,16 @@ async def test_an_older_database_is_upgraded_in_place_and_keeps_its_data(db_path
         await store.add_compaction(1, "summary", up_to_seq=1)
         assert (await store.append_message(1, UserMessage(content="later"))).seq == 3
         assert [s.seq for s in (await store.load(1)).messages] == [2, 3]
+        # The inbox works on an old conversation: it has history, so no backfill is stored.
+        accepted = await store.accept_delivery(
+            "slack:T:C:1.0",
+            UserMessage(content="new"),
+            channel_key="slack:T:C",
+            delivery_id="Ev2",
+            backfill=[UserMessage(content="backfill")],
+        )
+        assert accepted is not None and not accepted.created
+        assert [s.seq for s in await store.deliver(1, [accepted.item.id])] == [4]
 
     assert schema_of(db_path)[1:3] == (len(MIGRATIONS), [m.name for m in MIGRATIONS])
 
