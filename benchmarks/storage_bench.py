@@ -3,8 +3,10 @@
 Run: `uv run python -m benchmarks.storage_bench` or `uv run python benchmarks/storage_bench.py`
 (not named `storage.py`: that would shadow the package it measures). Prints the conditions, a
 table, and last one JSON line with `append_ms_at_10`, `append_ms_at_10000`, `load_ms_10000`,
-`appends_per_s_200_concurrent`. Targets: append at 10,000 within 1.5x of append at 10;
-loading 10,000 messages under 150 ms. A measurement, not a test: CI does not run it.
+`appends_per_s_200_concurrent`, `accept_deliver_ms` (a user message through the inbox),
+`open_ms` and `db_mb` (opening runs a quick integrity check of the whole file). Targets:
+append at 10,000 within 1.5x of append at 10; loading 10,000 messages under 150 ms. A
+measurement, not a test: CI does not run it.
 """
 
 from __future__ import annotations
@@ -121,6 +123,17 @@ async def run(directory: str) -> dict[str, float]:
             loads.append((time.perf_counter() - start) * 1000)
             assert len(loaded.messages) == BIG
 
+        # The inbox path of a user message: accepted (claim + inbox), then delivered.
+        inbox: list[float] = []
+        for n in range(SAMPLES):
+            start = time.perf_counter()
+            accepted = await store.accept_delivery(
+                f"bench:small:{n}", messages[0], channel_key="b", delivery_id=f"ev{n}"
+            )
+            assert accepted is not None
+            await store.deliver(accepted.conversation.id, [accepted.item.id])
+            inbox.append((time.perf_counter() - start) * 1000)
+
         async def converse(n: int) -> None:
             conversation = await store.get_or_create_conversation(
                 f"bench:concurrent:{n}", channel_key="c"
@@ -133,6 +146,16 @@ async def run(directory: str) -> dict[str, float]:
         concurrent_s = time.perf_counter() - start
         total = CONCURRENT_CONVERSATIONS * CONCURRENT_APPENDS_EACH
 
+    # Opening runs `PRAGMA quick_check`, which reads the whole file: its cost grows with it.
+    path = Path(directory) / "bench.db"
+    opens: list[float] = []
+    for _ in range(5):
+        start = time.perf_counter()
+        reopened = await SqliteStore.open(path)
+        opens.append((time.perf_counter() - start) * 1000)
+        await reopened.close()
+    db_mb = path.stat().st_size / 1e6
+
     def p95(values: list[float]) -> float:
         return sorted(values)[int(len(values) * 0.95) - 1]
 
@@ -140,6 +163,8 @@ async def run(directory: str) -> dict[str, float]:
         ("append, conversation at 10", statistics.median(at_10), p95(at_10), len(at_10)),
         ("append, conversation at 10,000", statistics.median(at_big), p95(at_big), len(at_big)),
         ("load 10,000 messages", statistics.median(loads), p95(loads), len(loads)),
+        ("accept + deliver a user message", statistics.median(inbox), p95(inbox), len(inbox)),
+        (f"open a {db_mb:.0f} MB file (quick_check)", statistics.median(opens), max(opens), 5),
     ]
     print(f"messages: median {statistics.median(sizes):.0f} B, max {max(sizes)} B as JSON")
     print()
@@ -158,6 +183,9 @@ async def run(directory: str) -> dict[str, float]:
         "append_ms_at_10000": round(statistics.median(at_big), 4),
         "load_ms_10000": round(statistics.median(loads), 2),
         "appends_per_s_200_concurrent": round(total / concurrent_s, 1),
+        "accept_deliver_ms": round(statistics.median(inbox), 4),
+        "open_ms": round(statistics.median(opens), 2),
+        "db_mb": round(db_mb, 1),
     }
 
 
