@@ -115,7 +115,11 @@ class DatabaseDamaged(SchemaError):
     def __init__(self, path: str, problems: Sequence[str]) -> None:
         self.path = path
         self.problems = list(problems)
-        shown = "; ".join(self.problems[:3]) + ("; ..." if len(self.problems) > 3 else "")
+        # SQLite's reports can be long and span lines: show the first, on one line.
+        first = " ".join(self.problems[0].split()) if self.problems else "unknown damage"
+        shown = first if len(first) <= 200 else first[:199] + "…"
+        if len(self.problems) > 1:
+            shown += f"; and {len(self.problems) - 1} more"
         super().__init__(
             f"{path} is damaged ({shown}); Teammate refuses to write into it and left it "
             "untouched. Run `teammate doctor` for the full check, then restore a backup or "

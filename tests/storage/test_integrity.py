@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,13 +26,20 @@ async def write_a_conversation(db_path: Path, clock: FakeClock, messages: int = 
 
 def damage_middle_pages(db_path: Path) -> None:
     """Overwrite whole pages in the middle of the file with noise, as a bad disk would."""
-    size = db_path.stat().st_size
-    pages = size // PAGE
+    pages = db_path.stat().st_size // PAGE
     assert pages > 10, "the file is too small to damage its middle"
     noise = random.Random(8).randbytes(3 * PAGE)
     with db_path.open("r+b") as file:
         file.seek((pages // 2) * PAGE)
         file.write(noise)
+
+
+def damage_a_page_header(db_path: Path) -> None:
+    """A few wrong bytes in one page's cell pointers: SQLite reports rows out of order."""
+    pages = db_path.stat().st_size // PAGE
+    with db_path.open("r+b") as file:
+        file.seek((pages // 2) * PAGE + 8)
+        file.write(b"\x07" * 24)
 
 
 def digest(path: Path) -> str:
@@ -46,11 +54,12 @@ async def test_a_healthy_database_passes_the_full_check(db_path: Path, clock: Fa
     assert await SqliteStore.check_file(db_path) == []
 
 
+@pytest.mark.parametrize("damage", [damage_middle_pages, damage_a_page_header])
 async def test_a_database_with_damaged_pages_is_refused_and_left_untouched(
-    db_path: Path, clock: FakeClock
+    db_path: Path, clock: FakeClock, damage: Callable[[Path], None]
 ) -> None:
     await write_a_conversation(db_path, clock)
-    damage_middle_pages(db_path)
+    damage(db_path)
     before = digest(db_path)
 
     with pytest.raises(DatabaseDamaged) as refused:
@@ -58,6 +67,7 @@ async def test_a_database_with_damaged_pages_is_refused_and_left_untouched(
 
     message = str(refused.value)
     assert str(db_path) in message
+    assert "\n" not in message and len(message) < 1_000
     assert "teammate doctor" in message  # says what to do next
     assert refused.value.problems  # what the quick check found
     assert isinstance(refused.value, SchemaError)  # callers that refuse foreign files refuse it
