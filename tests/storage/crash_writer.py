@@ -1,6 +1,7 @@
 """A writer for the crash-safety test: appends a deterministic sequence of messages forever.
 
-Run as `python -m tests.storage.crash_writer DB_PATH`. It resumes after the last stored
+Run as `python -m tests.storage.crash_writer DB_PATH` (or with `inbox` after the path: accept
+deliveries instead, printing each delivery id once accepted). It resumes after the last stored
 message, prints `ready`, then for every append prints its seq once `append_message` has
 returned (i.e. once it is committed). The test SIGKILLs it at random moments.
 """
@@ -8,6 +9,7 @@ returned (i.e. once it is committed). The test SIGKILLs it at random moments.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
 
@@ -73,5 +75,35 @@ async def write_forever(path: str) -> None:
         print(seq, flush=True)
 
 
+INBOX_KEY = "slack:T:C:crash"
+BACKFILL_TEXT = "what the thread said before Teammate was mentioned"
+
+
+async def accept_forever(path: str) -> None:
+    """Accept deliveries as a bot would (and deliver every other batch, as its driver would);
+    print each delivery id once `accept_delivery` has returned."""
+    store = await SqliteStore.open(path)
+    print("ready", flush=True)
+    n = 0
+    while True:
+        n += 1
+        delivery_id = f"{os.getpid()}:{n}"
+        accepted = await store.accept_delivery(
+            INBOX_KEY,
+            UserMessage(content=f"message {delivery_id} " + "x" * (n % 7 * 500)),
+            channel_key="slack:T:C",
+            delivery_id=delivery_id,
+            backfill=[UserMessage(content=BACKFILL_TEXT)],
+        )
+        assert accepted is not None
+        print(delivery_id, flush=True)
+        if n % 2 == 0:
+            pending = await store.pending(accepted.conversation.id)
+            await store.deliver(accepted.conversation.id, [item.id for item in pending])
+
+
 if __name__ == "__main__":
-    asyncio.run(write_forever(sys.argv[1]))
+    if sys.argv[2:] == ["inbox"]:
+        asyncio.run(accept_forever(sys.argv[1]))
+    else:
+        asyncio.run(write_forever(sys.argv[1]))
