@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar, Literal
 
@@ -41,6 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.models.base import ToolSpec
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult, tool_input_schema
+from tools.sandbox import (
+    SandboxLimits,
+    SandboxStatus,
+    bwrap_command,
+    limited_shell,
+    probe_sandbox,
+    seccomp_fd,
+)
 from tools.truncation import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
@@ -51,6 +56,17 @@ from tools.workspace import resolve_in_workspace, workspace_root, write_regular_
 
 SandboxMode = Literal["auto", "required", "off"]
 
+__all__ = [
+    "HARD_MAX_TIMEOUT_S",
+    "BashParams",
+    "BashTool",
+    "SandboxLimits",
+    "SandboxMode",
+    "SandboxStatus",
+    "bwrap_command",
+    "probe_sandbox",
+]
+
 HARD_MAX_TIMEOUT_S = 3600.0
 KILL_GRACE_S = 2.0
 UPDATE_INTERVAL_S = 0.25
@@ -59,83 +75,6 @@ MAX_SAVED_BYTES = 50 * 1024 * 1024
 _MEMORY_BYTES = 1024 * 1024
 _TAIL_KEEP = 2 * DEFAULT_MAX_BYTES
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-# Read-only in the sandbox: enough to run the usual tools, nothing of the host's homes or data.
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
-# Inside those, what commands must not read even though they may run as root: password hashes,
-# host keys and credentials. Files are replaced by an empty one, directories by an empty tmpfs.
-MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
-MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private", "/etc/teammate")
-
-
-# -- the sandbox ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxStatus:
-    """Whether commands can run under bubblewrap here, and if not, why."""
-
-    available: bool
-    bwrap: str | None
-    reason: str
-
-    @property
-    def mode(self) -> Literal["sandboxed", "unsandboxed"]:
-        return "sandboxed" if self.available else "unsandboxed"
-
-
-def bwrap_command(
-    bwrap: str, workspace: Path, command: Sequence[str], *, extra_ro: Sequence[str] = ()
-) -> list[str]:
-    """The bwrap command line running `command` with `workspace` as the only writable place."""
-    args = [
-        bwrap,
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-    ]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    for path in extra_ro:
-        args += ["--ro-bind-try", path, path]
-    for path in MASKED_FILES:
-        if os.path.isfile(path):
-            args += ["--ro-bind", "/dev/null", path]
-    for path in MASKED_DIRS:
-        if os.path.isdir(path):
-            args += ["--tmpfs", path]
-    ws = str(workspace)
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    args += ["--bind", ws, ws, "--remount-ro", "/", "--chdir", ws, "--"]
-    return args + list(command)
-
-
-@functools.lru_cache(maxsize=8)
-def probe_sandbox(bwrap: str | None = None) -> SandboxStatus:
-    """Run `bwrap ... true` once (cached per bwrap path) to learn whether the sandbox works:
-    bubblewrap often fails in containers that forbid namespaces. Blocking; call at start-up."""
-    path = bwrap or shutil.which("bwrap")
-    if path is None:
-        return SandboxStatus(False, None, "bubblewrap (bwrap) is not installed")
-    with tempfile.TemporaryDirectory(prefix="teammate-bwrap-probe-") as probe_dir:
-        argv = bwrap_command(path, Path(probe_dir), ["true"])
-        try:
-            done = subprocess.run(argv, capture_output=True, timeout=15, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return SandboxStatus(False, path, f"bubblewrap could not run: {exc}")
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        return SandboxStatus(
-            False, path, f"bubblewrap fails here: {why[-1] if why else done.returncode}"
-        )
-    return SandboxStatus(True, path, "bubblewrap works")
-
 
 # -- process trees -------------------------------------------------------------------------
 
@@ -314,8 +253,10 @@ class BashTool(AgentTool[BashParams]):
         extra_ro_paths: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         update_interval_s: float = UPDATE_INTERVAL_S,
+        limits: SandboxLimits | None = None,
     ) -> None:
         self.sandbox = sandbox
+        self.limits = limits or SandboxLimits()
         self.require_sandbox = require_sandbox
         self.max_timeout_s = min(max_timeout_s, HARD_MAX_TIMEOUT_S)
         self.default_timeout_s = min(default_timeout_s, self.max_timeout_s)
@@ -373,10 +314,19 @@ class BashTool(AgentTool[BashParams]):
         env.update(self.extra_env)
         return env
 
-    def _argv(self, root: Path, command: str) -> list[str]:
-        shell = ["bash", "-c", command]
+    def _argv(self, root: Path, command: str, seccomp: int | None) -> list[str]:
+        sandboxed = self.sandbox.available and self.sandbox.bwrap is not None
+        shell = limited_shell(command, self.limits, count_processes=sandboxed)
         if self.sandbox.available and self.sandbox.bwrap:
-            return bwrap_command(self.sandbox.bwrap, root, shell, extra_ro=self.extra_ro_paths)
+            return bwrap_command(
+                self.sandbox.bwrap,
+                root,
+                shell,
+                extra_ro=self.extra_ro_paths,
+                limits=self.limits,
+                seccomp_fd=seccomp,
+                disable_userns=self.sandbox.disable_userns,
+            )
         return shell
 
     async def execute(self, call_id: str, params: BashParams, ctx: ToolContext) -> ToolResult:
@@ -391,16 +341,22 @@ class BashTool(AgentTool[BashParams]):
         timeout = min(params.timeout or self.default_timeout_s, self.max_timeout_s)
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        transport, protocol = await loop.subprocess_exec(
-            lambda: _ExitWatch(limit=2**16, loop=loop),
-            *self._argv(root, params.command),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=root,
-            env=self._env(root),
-            start_new_session=True,
-        )
+        seccomp = seccomp_fd() if self.sandbox.available else None
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ExitWatch(limit=2**16, loop=loop),
+                *self._argv(root, params.command, seccomp),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=root,
+                env=self._env(root),
+                start_new_session=True,
+                pass_fds=(seccomp,) if seccomp is not None else (),
+            )
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         output = _Output()
         try:
