@@ -15,6 +15,9 @@ SSRF rules:
   (DNS rebinding). Proxies from the environment are ignored for the same reason.
 - Redirects are followed by hand, at most `max_redirects`, each hop checked like the first.
 - The body is streamed and cut at `max_bytes`; the whole fetch is bounded by `timeout_s`.
+  Compressed bodies are decoded here, not by httpx (`BodyDecoder`): every layer of
+  `Content-Encoding` is inflated in bounded pieces and counted as it inflates, so a small
+  stacked gzip cannot expand to gigabytes before the cap is checked.
 
 Must not: import anything of ours outside `core`.
 """
@@ -25,7 +28,8 @@ import asyncio
 import ipaddress
 import re
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -51,6 +55,15 @@ _IPV4_COMPAT = ipaddress.ip_network("::/96")
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _STRIPPED_TAGS = ("script", "style", "nav", "noscript", "iframe", "svg", "template", "form")
+
+# Decoded output is produced in pieces of at most this size; nothing larger is ever inflated
+# at once, whatever the compression ratio.
+DECODE_CHUNK = 64 * 1024
+MAX_ENCODING_LAYERS = 4
+# What we can decode ourselves (brotli and zstd are not installed): asked for explicitly, so a
+# server has no reason to send anything else.
+ACCEPT_ENCODING = "gzip, deflate"
+_ENCODING_ALIASES = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
 
 
 def is_forbidden_address(ip: IPAddress) -> str | None:
@@ -142,6 +155,122 @@ def _split_host_port(entry: str) -> tuple[str, int | None]:
         if port.isdigit():
             return name.rstrip("."), int(port)
     return entry.rstrip("."), None
+
+
+class DecodeError(ValueError):
+    """The body does not decode as its Content-Encoding says."""
+
+
+class _Inflater:
+    """One gzip or deflate layer, inflated in pieces of at most DECODE_CHUNK and stopped
+    (`cut`) once it has produced `limit` bytes."""
+
+    def __init__(self, kind: str, limit: int) -> None:
+        self.kind = kind
+        self.limit = limit
+        self.produced = 0
+        self.cut = False
+        self._head = b""  # deflate: the first bytes, until the zlib wrapper can be recognised
+        self._inflater: Any = zlib.decompressobj(16 + zlib.MAX_WBITS) if kind == "gzip" else None
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        if self._inflater is None:
+            self._head += data
+            if len(self._head) < 2:
+                return
+            data, self._head = self._head, b""
+            self._inflater = zlib.decompressobj(_deflate_wbits(data))
+        yield from self._inflate(data)
+
+    def finish(self) -> Iterator[bytes]:
+        if self._inflater is None and self._head:
+            self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            yield from self._inflate(self._head)
+
+    def _inflate(self, data: bytes) -> Iterator[bytes]:
+        while not self.cut:
+            try:
+                out = self._inflater.decompress(data, DECODE_CHUNK)
+            except zlib.error as exc:
+                raise DecodeError(f"bad {self.kind} data: {exc}") from None
+            if out:
+                self.produced += len(out)
+                self.cut = self.produced >= self.limit
+                yield out
+            if self._inflater.eof:
+                rest = self._inflater.unused_data
+                if self.kind != "gzip" or not rest.strip(b"\0"):
+                    return  # trailing bytes after the stream (or padding) are ignored
+                # Concatenated gzip members are one valid body.
+                self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                data = rest
+                continue
+            data = self._inflater.unconsumed_tail
+            # A full piece may leave output pending inside zlib: ask again until it is short.
+            if not data and len(out) < DECODE_CHUNK:
+                return
+
+
+def _deflate_wbits(head: bytes) -> int:
+    """`deflate` is meant to be zlib-wrapped, but some servers send raw deflate."""
+    if head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return zlib.MAX_WBITS
+    return -zlib.MAX_WBITS
+
+
+class BodyDecoder:
+    """Undoes a response's Content-Encoding layers as raw bytes arrive, bounded at every layer.
+
+    Each layer (and the raw input) stops after `limit` bytes, so the work is bounded by a few
+    times `limit` however the layers are stacked; decoded pieces are at most DECODE_CHUNK.
+    Raises DecodeError for an encoding it cannot undo.
+    """
+
+    def __init__(self, content_encoding: str, *, limit: int) -> None:
+        names = [part.strip().lower() for part in content_encoding.split(",")]
+        names = [name for name in names if name and name != "identity"]
+        if len(names) > MAX_ENCODING_LAYERS:
+            raise DecodeError(
+                f"the body is encoded {len(names)} times, more than {MAX_ENCODING_LAYERS}"
+            )
+        for name in names:
+            if name not in _ENCODING_ALIASES:
+                raise DecodeError(
+                    f"the body is sent with Content-Encoding '{name}', which cannot be decoded "
+                    f"(supported: {ACCEPT_ENCODING})"
+                )
+        self.limit = limit
+        self.raw_bytes = 0
+        self._raw_cut = False
+        # Encodings are listed in the order they were applied: undo the last one first.
+        self._layers = [_Inflater(_ENCODING_ALIASES[name], limit) for name in reversed(names)]
+
+    @property
+    def cut(self) -> bool:
+        """Whether something was left undecoded because a limit was reached."""
+        return self._raw_cut or any(layer.cut for layer in self._layers)
+
+    def feed(self, raw: bytes) -> Iterator[bytes]:
+        if self._raw_cut:
+            return
+        self.raw_bytes += len(raw)
+        if self.raw_bytes >= self.limit:
+            self._raw_cut = True
+            raw = raw[: len(raw) - (self.raw_bytes - self.limit)]
+        yield from self._through(0, raw)
+
+    def finish(self) -> Iterator[bytes]:
+        for index, layer in enumerate(self._layers):
+            for piece in layer.finish():
+                yield from self._through(index + 1, piece)
+
+    def _through(self, index: int, data: bytes) -> Iterator[bytes]:
+        if index == len(self._layers):
+            for start in range(0, len(data), DECODE_CHUNK):
+                yield data[start : start + DECODE_CHUNK]
+            return
+        for piece in self._layers[index].feed(data):
+            yield from self._through(index + 1, piece)
 
 
 class WebFetchParams(BaseModel):
@@ -289,6 +418,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                     "Host": host_header,
                     "User-Agent": USER_AGENT,
                     "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
+                    "Accept-Encoding": ACCEPT_ENCODING,
                 },
                 extensions={"sni_hostname": target.host},
             )
@@ -301,17 +431,37 @@ class WebFetchTool(AgentTool[WebFetchParams]):
         raise ToolError(f"Could not connect to {target.host}: {_describe(last_error)}.")
 
     async def _read_body(self, response: httpx.Response) -> tuple[bytes, bool]:
+        """The decoded body, cut at max_bytes, and whether it was cut. Raw bytes are decoded
+        here as they arrive (httpx's own decoding would inflate each chunk in full first)."""
+        # A response built in memory (a test transport) arrives already read and decoded.
+        preread = response.is_stream_consumed
+        encoding = "" if preread else response.headers.get("content-encoding", "")
+        try:
+            decoder = BodyDecoder(encoding, limit=self.max_bytes)
+        except DecodeError as exc:
+            raise ToolError(f"{response.url} cannot be shown: {exc}.") from None
         chunks: list[bytes] = []
         size = 0
         try:
-            async for chunk in response.aiter_bytes():
-                chunks.append(chunk)
-                size += len(chunk)
-                if size >= self.max_bytes:
-                    return b"".join(chunks)[: self.max_bytes], True
+            async for raw in _raw_chunks(response, preread):
+                for piece in decoder.feed(raw):
+                    chunks.append(piece)
+                    size += len(piece)
+                    if size >= self.max_bytes:
+                        return b"".join(chunks)[: self.max_bytes], True
+                if decoder.cut:
+                    break
+            else:
+                for piece in decoder.finish():
+                    chunks.append(piece)
+                    size += len(piece)
+                    if size >= self.max_bytes:
+                        return b"".join(chunks)[: self.max_bytes], True
         except httpx.HTTPError as exc:
             raise ToolError(f"Reading {response.url} failed: {_describe(exc)}.") from None
-        return b"".join(chunks), False
+        except DecodeError as exc:
+            raise ToolError(f"The body of {response.url} could not be decoded ({exc}).") from None
+        return b"".join(chunks), decoder.cut
 
     def _render(
         self, url: httpx.URL, response: httpx.Response, body: bytes, cut: bool, hops: list[str]
@@ -381,6 +531,14 @@ def html_to_markdown(html: bytes | str, charset: str | None = None) -> str:
     if title and not text.startswith(f"# {title}"):
         text = f"# {title}\n\n{text}"
     return text
+
+
+async def _raw_chunks(response: httpx.Response, preread: bool) -> AsyncIterator[bytes]:
+    if preread:
+        yield response.content
+        return
+    async for raw in response.aiter_raw():
+        yield raw
 
 
 def _describe(exc: Exception | None) -> str:
