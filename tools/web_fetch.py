@@ -8,8 +8,9 @@ SSRF rules:
 - Before any connection the host is resolved (IP literals, including the legacy decimal, octal
   and hex IPv4 forms, are parsed here, not by a resolver) and EVERY address is checked:
   loopback, private, link-local, cloud metadata, unspecified, multicast, reserved, CGNAT
-  (100.64/10) and the IPv4 addresses embedded in IPv6 (mapped, 6to4, Teredo, NAT64) are refused
-  unless configuration allows the host (`host` or `host:port`).
+  (100.64/10), IPv6 site-local (fec0::/10) and the IPv4 addresses embedded in IPv6 (mapped,
+  6to4, Teredo, NAT64) are refused unless configuration allows the host (`host` or
+  `host:port`).
 - The connection goes to the address that was checked (the URL is rewritten to the IP, with the
   original Host header and TLS server name), so a second DNS answer cannot redirect it
   (DNS rebinding). Proxies from the environment are ignored for the same reason.
@@ -80,6 +81,8 @@ def is_forbidden_address(ip: IPAddress) -> str | None:
                 return f"{inner} (inside an IPv6 address)"
         if ip in _NAT64_LOCAL:
             return "private"
+        if ip.is_site_local:  # fec0::/10: deprecated, but still routed inside some networks
+            return "site-local"
     if ip.is_unspecified:
         return "unspecified"
     if ip.is_loopback:
@@ -486,7 +489,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                 "is not text and cannot be shown.",
                 details=details,
             )
-        charset = response.charset_encoding
+        charset = _usable_charset(response.charset_encoding, url, details)
         if is_html:
             text = html_to_markdown(body, charset)
         else:
@@ -531,6 +534,21 @@ def html_to_markdown(html: bytes | str, charset: str | None = None) -> str:
     if title and not text.startswith(f"# {title}"):
         text = f"# {title}\n\n{text}"
     return text
+
+
+def _usable_charset(charset: str | None, url: httpx.URL, details: dict[str, Any]) -> str | None:
+    """The declared charset if Python can decode text with it; a clear error otherwise (not a
+    bare LookupError, and not a bytes-to-bytes codec such as 'zlib' or 'rot13')."""
+    if charset is None:
+        return None
+    try:
+        b"a".decode(charset, "replace")  # (b"" is not checked: it decodes with anything)
+    except LookupError:
+        raise ToolError(
+            f"{url} declares an unknown character set '{charset}', so its text cannot be read.",
+            details=details,
+        ) from None
+    return charset
 
 
 async def _raw_chunks(response: httpx.Response, preread: bool) -> AsyncIterator[bytes]:
