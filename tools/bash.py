@@ -46,6 +46,7 @@ from tools.sandbox import (
     probe_sandbox,
     seccomp_fd,
 )
+from tools.sandbox_cgroup import CommandCgroup, pids_cgroup_parent
 from tools.truncation import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
@@ -339,13 +340,31 @@ class BashTool(AgentTool[BashParams]):
             raise ToolError("The command is empty.")
         root = workspace_root(ctx.workspace)
         timeout = min(params.timeout or self.default_timeout_s, self.max_timeout_s)
+        group = await asyncio.to_thread(_command_cgroup, self.limits.max_processes)
+        try:
+            return await self._run(call_id, params, ctx, root, timeout, group)
+        finally:
+            if group is not None:
+                await asyncio.to_thread(group.kill_all)
+                await asyncio.to_thread(group.remove)
+
+    async def _run(
+        self,
+        call_id: str,
+        params: BashParams,
+        ctx: ToolContext,
+        root: Path,
+        limit_s: float,
+        group: CommandCgroup | None,
+    ) -> ToolResult:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         seccomp = seccomp_fd() if self.sandbox.available else None
+        argv = self._argv(root, params.command, seccomp)
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _ExitWatch(limit=2**16, loop=loop),
-                *self._argv(root, params.command, seccomp),
+                *(group.wrap(argv) if group is not None else argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -360,9 +379,10 @@ class BashTool(AgentTool[BashParams]):
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         output = _Output()
         try:
-            outcome = await self._supervise(proc, protocol, transport, output, ctx, timeout)
+            outcome = await self._supervise(proc, protocol, transport, output, ctx, limit_s, group)
+            hit = group is not None and await asyncio.to_thread(group.limit_reached)
             return await self._finish(
-                call_id, params, root, output, proc, outcome, timeout, started
+                call_id, params, root, output, proc, outcome, limit_s, started, process_limit=hit
             )
         finally:
             output.close()
@@ -375,6 +395,7 @@ class BashTool(AgentTool[BashParams]):
         output: _Output,
         ctx: ToolContext,
         limit_s: float,
+        group: CommandCgroup | None,
     ) -> Literal["exited", "timeout", "stopped"]:
         """Wait for the command to exit, time out or be stopped; then kill what is left."""
         assert proc.stdout is not None
@@ -391,6 +412,8 @@ class BashTool(AgentTool[BashParams]):
             grace = 0.0 if outcome == "exited" else KILL_GRACE_S
             try:
                 await _kill_tree(proc.pid, protocol.exited, grace=grace)
+                if group is not None:  # what left the tree (setsid, double fork) is still here
+                    await asyncio.to_thread(group.kill_all)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(reader), 2.0)
             finally:
@@ -418,6 +441,8 @@ class BashTool(AgentTool[BashParams]):
         outcome: Literal["exited", "timeout", "stopped"],
         limit_s: float,
         started: float,
+        *,
+        process_limit: bool,
     ) -> ToolResult:
         text, cut = output.tail_text()
         code = proc.returncode
@@ -429,8 +454,14 @@ class BashTool(AgentTool[BashParams]):
             "duration_s": round(time.monotonic() - started, 3),
             "output_bytes": output.total_bytes,
             "truncated": cut,
+            "process_limit_reached": process_limit,
         }
         body = text if text.strip() else "(no output)"
+        if process_limit:
+            body += (
+                f"\n\n[The command reached its limit of {self.limits.max_processes} processes: "
+                "starting more failed.]"
+            )
         if cut:
             saved = await self._save_full(call_id, root, output)
             details["full_output_path"] = saved
@@ -466,6 +497,12 @@ class BashTool(AgentTool[BashParams]):
         except (ToolError, OSError):
             return None  # e.g. the command replaced .teammate with a link outside
         return relative
+
+
+def _command_cgroup(max_processes: int) -> CommandCgroup | None:
+    """A fresh pids cgroup for one command, or None where this host gives us none. Blocking."""
+    parent = pids_cgroup_parent()
+    return CommandCgroup.create(parent, max_processes) if parent is not None else None
 
 
 async def _wait_exit(exited: asyncio.Event, ctx: ToolContext) -> Literal["exited", "stopped"]:

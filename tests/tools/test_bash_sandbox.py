@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,9 @@ import pytest
 
 from core.tools import ToolError, ToolResult
 from tests.tools.conftest import make_ctx, text_of
-from tools.bash import BashParams, BashTool, probe_sandbox
+from tests.tools.test_bash import processes_with
+from tools.bash import BashParams, BashTool, SandboxLimits, probe_sandbox
+from tools.sandbox_cgroup import pids_cgroup_parent
 
 SANDBOX = probe_sandbox()
 pytestmark = pytest.mark.skipif(
@@ -135,3 +138,72 @@ async def test_read_only_paths_under_tmp_stay_visible(workspace: Path, tmp_path:
     shown = await run(tool, workspace, f"cat {shared}/tool.txt; echo CHANGED > {shared}/tool.txt")
     assert shown.startswith("TOOL")
     assert (shared / "tool.txt").read_text() == "TOOL"
+
+
+# -- limits (small ones: these run on shared machines) --------------------------------------
+
+MIB = 1024 * 1024
+SMALL = SandboxLimits(
+    max_processes=24, memory_bytes=256 * MIB, file_size_bytes=4 * MIB, tmp_size_bytes=8 * MIB
+)
+
+FORK_BOMB = r"""
+import os, time
+made = 0
+try:
+    for _ in range(200):
+        if os.fork() == 0:
+            time.sleep(120)
+            os._exit(0)
+        made += 1
+except OSError as exc:
+    print("FORK-REFUSED", exc.errno)
+print("FORKED", made)
+"""
+
+
+async def test_a_fork_bomb_is_bounded_and_said_so(workspace: Path) -> None:
+    (workspace / "bomb.py").write_text(FORK_BOMB)
+    shown = await run(BashTool(sandbox=SANDBOX, limits=SMALL), workspace, "python3 bomb.py")
+    assert "FORK-REFUSED" in shown
+    forked = int(shown.split("FORKED ")[1].split()[0])
+    assert forked < SMALL.max_processes
+    if pids_cgroup_parent() is not None:  # only a cgroup tells us the limit was the cause
+        assert "limit of 24 processes" in shown
+
+
+async def test_the_classic_fork_bomb_ends_and_leaves_nothing(workspace: Path) -> None:
+    marker = f"bomb-{secrets.token_hex(8)}"
+    command = f"bomb() {{ bomb | bomb & }}; bomb; sleep 1 # {marker}"
+    await run(BashTool(sandbox=SANDBOX, limits=SMALL), workspace, command)
+    assert processes_with(marker) == []
+
+
+async def test_tmp_and_dev_shm_are_capped(workspace: Path) -> None:
+    tool = BashTool(sandbox=SANDBOX, limits=SMALL)
+    for place in ("/tmp", "/dev/shm"):
+        shown = await run(
+            tool, workspace, f"for i in 1 2 3 4; do head -c 3000000 /dev/zero > {place}/f$i; done"
+        )
+        assert "No space left on device" in shown, place
+
+
+async def test_dev_and_masked_directories_are_read_only(workspace: Path) -> None:
+    command = "touch /dev/x && echo WROTE-DEV; touch /etc/ssh/x && echo WROTE-SSH; true"
+    shown = await run(BashTool(sandbox=SANDBOX, limits=SMALL), workspace, command)
+    assert "WROTE" not in shown
+
+
+async def test_a_file_past_the_size_cap_cannot_be_written(workspace: Path) -> None:
+    tool = BashTool(sandbox=SANDBOX, limits=SMALL)
+    shown = await run(tool, workspace, "head -c 6000000 /dev/zero > big.bin")
+    assert "File size limit exceeded" in shown
+    assert (workspace / "big.bin").stat().st_size == 4 * MIB
+
+
+async def test_memory_past_the_cap_cannot_be_allocated(workspace: Path) -> None:
+    command = "python3 -c \"b = bytearray(400 * 1024 * 1024); print('ALLOCATED')\""
+    shown = await run(BashTool(sandbox=SANDBOX, limits=SMALL), workspace, command)
+    assert "MemoryError" in shown and "ALLOCATED" not in shown
+    small = "python3 -c \"b = bytearray(64 * 1024 * 1024); print('ALLOCATED')\""
+    assert "ALLOCATED" in await run(BashTool(sandbox=SANDBOX, limits=SMALL), workspace, small)
