@@ -43,6 +43,7 @@ from tools.sandbox import (
     SandboxStatus,
     bwrap_command,
     limited_shell,
+    probe_pid_namespace,
     probe_sandbox,
     seccomp_fd,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "SandboxMode",
     "SandboxStatus",
     "bwrap_command",
+    "probe_containment",
     "probe_sandbox",
 ]
 
@@ -255,9 +257,16 @@ class BashTool(AgentTool[BashParams]):
         env: Mapping[str, str] | None = None,
         update_interval_s: float = UPDATE_INTERVAL_S,
         limits: SandboxLimits | None = None,
+        process_cgroup: bool = True,
+        pid_namespace: bool = True,
     ) -> None:
         self.sandbox = sandbox
         self.limits = limits or SandboxLimits()
+        # Ways of keeping track of everything a command starts, used where the host allows:
+        # a pids cgroup (also the only process limit for a root bot), and outside the sandbox
+        # a PID namespace (the sandbox has its own).
+        self.process_cgroup = process_cgroup
+        self.pid_namespace = pid_namespace
         self.require_sandbox = require_sandbox
         self.max_timeout_s = min(max_timeout_s, HARD_MAX_TIMEOUT_S)
         self.default_timeout_s = min(default_timeout_s, self.max_timeout_s)
@@ -287,7 +296,20 @@ class BashTool(AgentTool[BashParams]):
                 " Mode: unsandboxed (the sandbox is unavailable: "
                 f"{self.sandbox.reason}). Stay inside the workspace."
             )
+            if not self.contained():
+                where += (
+                    " Processes that start their own session (setsid, daemons) may keep "
+                    "running after the command ends; do not start any."
+                )
         return self.description + limits + where
+
+    def contained(self) -> bool:
+        """Whether everything a command starts is sure to end with it: always in the sandbox
+        (its PID namespace), else with a pids cgroup or a PID namespace. Blocking the first
+        time (cached probes); `probe_containment` warms it."""
+        if self.sandbox.available:
+            return True
+        return probe_containment(cgroup=self.process_cgroup, pid_namespace=self.pid_namespace)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
@@ -315,7 +337,9 @@ class BashTool(AgentTool[BashParams]):
         env.update(self.extra_env)
         return env
 
-    def _argv(self, root: Path, command: str, seccomp: int | None) -> list[str]:
+    def _argv(
+        self, root: Path, command: str, seccomp: int | None, prefix: tuple[str, ...] | None
+    ) -> list[str]:
         sandboxed = self.sandbox.available and self.sandbox.bwrap is not None
         shell = limited_shell(command, self.limits, count_processes=sandboxed)
         if self.sandbox.available and self.sandbox.bwrap:
@@ -328,7 +352,7 @@ class BashTool(AgentTool[BashParams]):
                 seccomp_fd=seccomp,
                 disable_userns=self.sandbox.disable_userns,
             )
-        return shell
+        return [*prefix, *shell] if prefix else shell
 
     async def execute(self, call_id: str, params: BashParams, ctx: ToolContext) -> ToolResult:
         if self.require_sandbox and not self.sandbox.available:
@@ -340,7 +364,11 @@ class BashTool(AgentTool[BashParams]):
             raise ToolError("The command is empty.")
         root = workspace_root(ctx.workspace)
         timeout = min(params.timeout or self.default_timeout_s, self.max_timeout_s)
-        group = await asyncio.to_thread(_command_cgroup, self.limits.max_processes)
+        group = (
+            await asyncio.to_thread(_command_cgroup, self.limits.max_processes)
+            if self.process_cgroup
+            else None
+        )
         try:
             return await self._run(call_id, params, ctx, root, timeout, group)
         finally:
@@ -360,7 +388,10 @@ class BashTool(AgentTool[BashParams]):
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         seccomp = seccomp_fd() if self.sandbox.available else None
-        argv = self._argv(root, params.command, seccomp)
+        prefix = None
+        if self.pid_namespace and not self.sandbox.available:
+            prefix = await asyncio.to_thread(probe_pid_namespace)
+        argv = self._argv(root, params.command, seccomp, prefix)
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _ExitWatch(limit=2**16, loop=loop),
@@ -497,6 +528,15 @@ class BashTool(AgentTool[BashParams]):
         except (ToolError, OSError):
             return None  # e.g. the command replaced .teammate with a link outside
         return relative
+
+
+def probe_containment(*, cgroup: bool = True, pid_namespace: bool = True) -> bool:
+    """Whether commands outside the sandbox can be kept from outliving themselves here (a pids
+    cgroup or a PID namespace). Blocking the first time, then cached: call it in a thread at
+    start-up so that building the tool's description later does not wait."""
+    return (cgroup and pids_cgroup_parent() is not None) or (
+        pid_namespace and probe_pid_namespace() is not None
+    )
 
 
 def _command_cgroup(max_processes: int) -> CommandCgroup | None:

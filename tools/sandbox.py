@@ -191,3 +191,30 @@ def _try_bwrap(path: str, disable_userns: bool) -> str:
         why = done.stderr.decode("utf-8", "replace").strip().splitlines()
         return f"bubblewrap fails here: {why[-1] if why else done.returncode}"
     return ""
+
+
+# Where the sandbox is off or unusable, commands still get their own PID namespace when the host
+# allows one, so that everything they start (even `setsid`) dies with them: when the command's
+# shell (PID 1 there) ends, or `unshare` is killed, the kernel kills every process inside.
+_PID_NAMESPACE_PREFIXES = (
+    ("unshare", "--pid", "--fork", "--kill-child"),
+    ("unshare", "--user", "--map-current-user", "--pid", "--fork", "--kill-child"),
+)
+
+
+@functools.lru_cache(maxsize=1)
+def probe_pid_namespace() -> tuple[str, ...] | None:
+    """The command prefix that runs a command in a new PID namespace here, or None. Blocking;
+    cached."""
+    binary = shutil.which("unshare")
+    if binary is None:
+        return None
+    for prefix in _PID_NAMESPACE_PREFIXES:
+        argv = (binary, *prefix[1:])
+        try:
+            done = subprocess.run([*argv, "true"], capture_output=True, timeout=15, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return argv
+    return None
