@@ -351,6 +351,7 @@ class BashTool(AgentTool[BashParams]):
                 limits=self.limits,
                 seccomp_fd=seccomp,
                 disable_userns=self.sandbox.disable_userns,
+                tmpfs_size=self.sandbox.tmpfs_size,
             )
         return [*prefix, *shell] if prefix else shell
 

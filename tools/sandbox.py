@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import resource
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -73,8 +75,10 @@ class SandboxStatus:
     available: bool
     bwrap: str | None
     reason: str
-    # bubblewrap before 0.8 has no --disable-userns; the locked mounts still hold without it.
+    # bubblewrap before 0.8 has neither --disable-userns (the locked mounts hold without it) nor
+    # --size (its tmpfs are then bounded only by the kernel's default, half the RAM).
     disable_userns: bool = True
+    tmpfs_size: bool = True
 
     @property
     def mode(self) -> Literal["sandboxed", "unsandboxed"]:
@@ -90,11 +94,15 @@ def bwrap_command(
     limits: SandboxLimits | None = None,
     seccomp_fd: int | None = None,
     disable_userns: bool = True,
+    tmpfs_size: bool = True,
 ) -> list[str]:
     """The bwrap command line running `command` with `workspace` as the only writable place
     that persists. `seccomp_fd` must be passed on to bwrap (pass_fds)."""
     limits = limits or SandboxLimits()
-    tmp_size = str(limits.tmp_size_bytes)
+
+    def tmpfs(path: str, size: int) -> list[str]:
+        return (["--size", str(size)] if tmpfs_size else []) + ["--tmpfs", path]
+
     args = [bwrap, "--die-with-parent", "--new-session"]
     args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
     args += ["--cap-drop", "ALL"]
@@ -108,8 +116,8 @@ def bwrap_command(
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    args += ["--dev", "/dev", "--size", tmp_size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-    args += ["--proc", "/proc", "--size", tmp_size, "--tmpfs", "/tmp"]
+    args += ["--dev", "/dev", *tmpfs("/dev/shm", limits.tmp_size_bytes), "--remount-ro", "/dev"]
+    args += ["--proc", "/proc", *tmpfs("/tmp", limits.tmp_size_bytes)]
     for path in extra_ro:
         args += ["--ro-bind-try", path, path]
     for path in MASKED_FILES:
@@ -117,7 +125,7 @@ def bwrap_command(
             args += ["--ro-bind", "/dev/null", path]
     for path in MASKED_DIRS:
         if os.path.isdir(path):
-            args += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+            args += [*tmpfs(path, 4096), "--remount-ro", path]
     ws = str(workspace)
     args += ["--bind", ws, ws, "--remount-ro", "/", "--chdir", ws, "--"]
     return args + list(command)
@@ -131,11 +139,19 @@ _LIMITED = 'ulimit -d {data} -f {fsize}{nproc} || exit 126; exec bash -c "$1"'
 def limited_shell(command: str, limits: SandboxLimits, *, count_processes: bool) -> list[str]:
     """`bash -c command` under `limits`' rlimits. `count_processes` only inside the sandbox:
     outside a user namespace RLIMIT_NPROC counts every process of the bot's user."""
-    nproc = f" -u {limits.max_processes}" if count_processes else ""
-    script = _LIMITED.format(
-        data=limits.memory_bytes // 1024, fsize=limits.file_size_bytes // 1024, nproc=nproc
-    )
+    data = _within_hard_limit(resource.RLIMIT_DATA, limits.memory_bytes) // 1024
+    fsize = _within_hard_limit(resource.RLIMIT_FSIZE, limits.file_size_bytes) // 1024
+    nproc = ""
+    if count_processes:
+        nproc = f" -u {_within_hard_limit(resource.RLIMIT_NPROC, limits.max_processes)}"
+    script = _LIMITED.format(data=data, fsize=fsize, nproc=nproc)
     return ["bash", "-c", script, "bash", command]
+
+
+def _within_hard_limit(which: int, wanted: int) -> int:
+    """`wanted`, or the bot's own hard limit where that is lower (ulimit may not raise it)."""
+    _, hard = resource.getrlimit(which)
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
 
 
 def seccomp_fd() -> int | None:
@@ -159,21 +175,35 @@ def probe_sandbox(bwrap: str | None = None) -> SandboxStatus:
     path = bwrap or shutil.which("bwrap")
     if path is None:
         return SandboxStatus(False, None, "bubblewrap (bwrap) is not installed")
-    failure = ""
-    for disable_userns in (True, False):
-        failure = _try_bwrap(path, disable_userns)
-        if not failure:
-            return SandboxStatus(True, path, "bubblewrap works", disable_userns)
-    return SandboxStatus(False, path, failure)
+    try:
+        usage = subprocess.run([path, "--help"], capture_output=True, timeout=15, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SandboxStatus(False, path, f"bubblewrap could not run: {exc}")
+    options = set(re.findall(r"--[a-z-]+", usage.stdout.decode("utf-8", "replace")))
+    status = SandboxStatus(
+        True,
+        path,
+        "bubblewrap works",
+        disable_userns="--disable-userns" in options,
+        tmpfs_size="--size" in options,
+    )
+    failure = _try_bwrap(status)
+    return replace(status, available=False, reason=failure) if failure else status
 
 
-def _try_bwrap(path: str, disable_userns: bool) -> str:
+def _try_bwrap(status: SandboxStatus) -> str:
     """Empty when the full sandbox command runs here, else why not."""
     fd = seccomp_fd()
     try:
         with tempfile.TemporaryDirectory(prefix="teammate-bwrap-probe-") as probe_dir:
+            assert status.bwrap is not None
             argv = bwrap_command(
-                path, Path(probe_dir), ["true"], seccomp_fd=fd, disable_userns=disable_userns
+                status.bwrap,
+                Path(probe_dir),
+                ["true"],
+                seccomp_fd=fd,
+                disable_userns=status.disable_userns,
+                tmpfs_size=status.tmpfs_size,
             )
             done = subprocess.run(
                 argv,
