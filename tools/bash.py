@@ -1,23 +1,29 @@
 """The bash tool: run a shell command in the workspace, bounded in time, output and reach.
 
-Owns: `BashTool`, the bubblewrap sandbox (`SandboxStatus`, `probe_sandbox`, the bwrap command
-line) and killing a command's whole process tree.
+Owns: `BashTool` and killing a command's whole process tree. The sandbox itself (its command
+line, `SandboxLimits`, `SandboxStatus`, `probe_sandbox`) is tools.sandbox; per-command pids
+cgroups are tools.sandbox_cgroup. Both are re-exported here for the toolset.
 
 Rules:
 - Off unless configuration enables it (tools.toolset decides).
 - The command runs as `bash -c` in the workspace, in its own session and process group, with a
-  scrubbed environment (the bot's secrets are never inherited).
-- When it ends, times out or is cancelled, everything it started is killed: the process group
-  and every descendant found in /proc (SIGTERM, a short grace, then SIGKILL). Background jobs do
-  not outlive the command.
-- Sandboxed (bubblewrap usable): the workspace is the only writable place that persists; system
-  directories are read-only; /tmp is a fresh tmpfs; no network; own PID namespace, so killing
-  bwrap kills everything inside. Whether bwrap works is checked once by running it.
+  scrubbed environment (the bot's secrets are never inherited) and `SandboxLimits`' rlimits.
+- When it ends, times out or is cancelled, everything it started is killed: the process group,
+  every descendant found in /proc (SIGTERM, a short grace, then SIGKILL), and everything in
+  its pids cgroup (where the host gives us one), which also holds what left the tree with
+  `setsid`. Sandboxed, the PID namespace does the same; unsandboxed, the command gets its own
+  PID namespace where `unshare` can make one. Where neither a cgroup nor a PID namespace is
+  available, the tool's description says plainly that such processes may survive.
+- Sandboxed (bubblewrap usable): an unprivileged user with no capabilities; the workspace is
+  the only writable place that persists; system directories are read-only; /tmp and /dev/shm
+  are small fresh tmpfs; no network; own PID namespace. Whether bwrap works is checked once.
 - Output streams through `on_update` (throttled); the model sees the tail (2000 lines or
   50 KB); when cut, the full output is saved under `.teammate/bash-output/` in the workspace.
-- Exit code other than 0, a timeout or a stop: `ToolError` with the output and the reason.
+- Exit code other than 0, a timeout or a stop: `ToolError` with the output and the reason; a
+  command that hit the process limit says so.
 
-Must not: import anything of ours outside `core`.
+Must not: import anything of ours outside `core` and `tools.sandbox*`, `tools.workspace`,
+`tools.truncation`.
 """
 
 from __future__ import annotations
@@ -281,13 +287,17 @@ class BashTool(AgentTool[BashParams]):
     def model_description(self) -> str:
         limits = (
             f" Default timeout {self.default_timeout_s:g} s, at most {self.max_timeout_s:g} s "
-            "(set `timeout`)."
+            "(set `timeout`). Each process may use "
+            f"{_round_size(self.limits.memory_bytes)} of memory and write files up to "
+            f"{_round_size(self.limits.file_size_bytes)}."
         )
         if self.sandbox.available:
             where = (
-                " Mode: sandboxed. Only the workspace is writable (and /tmp, which is emptied "
-                "after each command); system directories are read-only; files outside the "
-                "workspace are not visible; there is no network access."
+                " Mode: sandboxed. Only the workspace is writable (and /tmp, "
+                f"{_round_size(self.limits.tmp_size_bytes)} at most, emptied after each "
+                "command); system directories are read-only; files outside the workspace are "
+                "not visible; there is no network access; at most "
+                f"{self.limits.max_processes} processes."
             )
         elif self.require_sandbox:
             where = f" Mode: unavailable ({self.sandbox.reason}); commands will be refused."
@@ -529,6 +539,13 @@ class BashTool(AgentTool[BashParams]):
         except (ToolError, OSError):
             return None  # e.g. the command replaced .teammate with a link outside
         return relative
+
+
+def _round_size(size: int) -> str:
+    for unit, name in ((1 << 30, "GB"), (1 << 20, "MB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit} {name}"
+    return format_size(size)
 
 
 def probe_containment(*, cgroup: bool = True, pid_namespace: bool = True) -> bool:
