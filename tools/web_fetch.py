@@ -1,7 +1,8 @@
 """The web_fetch tool: GET one http(s) URL and return it as readable text.
 
-Owns: `WebFetchTool`, the address policy (`is_forbidden_address`, `AddressPolicy`) and the
-HTML → Markdown conversion.
+Owns: `WebFetchTool`, the address policy (`is_forbidden_address`, `AddressPolicy`) and body
+decoding (`BodyDecoder`). HTML → Markdown is `tools.content`'s, run in a child process with a
+deadline (`convert_html`) so a big or deeply nested page never runs on the event loop.
 
 SSRF rules:
 - Only http and https; no credentials in the URL.
@@ -35,11 +36,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httpx
-from bs4 import BeautifulSoup
-from markdownify import markdownify
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult
+from tools.content import (
+    HTML_CONVERT_MAX_BYTES,
+    HTML_CONVERT_TIMEOUT_S,
+    HTML_MAX_DEPTH,
+    ConversionError,
+    convert_html,
+)
 from tools.truncation import DEFAULT_MAX_BYTES, format_size, truncate_head
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -55,7 +61,6 @@ _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _IPV4_COMPAT = ipaddress.ip_network("::/96")
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
-_STRIPPED_TAGS = ("script", "style", "nav", "noscript", "iframe", "svg", "template", "form")
 
 # Decoded output is produced in pieces of at most this size; nothing larger is ever inflated
 # at once, whatever the compression ratio.
@@ -312,6 +317,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
         max_chars: int = DEFAULT_MAX_BYTES,
         timeout_s: float = 20.0,
         max_redirects: int = 5,
+        convert_timeout_s: float = HTML_CONVERT_TIMEOUT_S,
         resolver: Resolver = system_resolver,
         transport_factory: TransportFactory | None = None,
     ) -> None:
@@ -320,6 +326,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
         self.max_chars = max_chars
         self.fetch_timeout_s = timeout_s
         self.max_redirects = max_redirects
+        self.convert_timeout_s = convert_timeout_s
         self.resolver = resolver
         self.transport_factory = transport_factory
 
@@ -402,7 +409,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                             raise ToolError(f"Refused: bad redirect location ({exc}).") from None
                         continue
                     body, cut = await self._read_body(response)
-                    return self._render(target.url, response, body, cut, hops)
+                    return await self._render(target.url, response, body, cut, hops)
                 finally:
                     await response.aclose()
             raise ToolError(f"Too many redirects (more than {self.max_redirects}) from {raw_url}.")
@@ -466,7 +473,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
             raise ToolError(f"The body of {response.url} could not be decoded ({exc}).") from None
         return b"".join(chunks), decoder.cut
 
-    def _render(
+    async def _render(
         self, url: httpx.URL, response: httpx.Response, body: bytes, cut: bool, hops: list[str]
     ) -> ToolResult:
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -490,15 +497,31 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                 details=details,
             )
         charset = _usable_charset(response.charset_encoding, url, details)
-        if is_html:
-            text = html_to_markdown(body, charset)
-        else:
-            text = body.decode(charset or "utf-8", "replace")
-        result = truncate_head(text, max_lines=10**9, max_bytes=self.max_chars)
-        text = result.content
         notes: list[str] = []
         if cut:
             notes.append(f"the download was stopped at {format_size(self.max_bytes)}")
+        if is_html:
+            try:
+                converted = await convert_html(
+                    body, charset, timeout_s=self.convert_timeout_s, max_chars=self.max_chars
+                )
+            except ConversionError as exc:
+                raise ToolError(
+                    f"{url} could not be shown as text: {exc}.", details=details
+                ) from None
+            text = converted.text
+            if converted.cut:
+                notes.append(
+                    f"only the first {format_size(HTML_CONVERT_MAX_BYTES)} of the page (without "
+                    "scripts and styles) were converted"
+                )
+            if converted.flattened:
+                notes.append(f"elements nested over {HTML_MAX_DEPTH} deep are shown as plain text")
+        else:
+            # Enough characters to reach the byte limit: truncating 2 MB would be wasted work.
+            text = body.decode(charset or "utf-8", "replace")[: self.max_chars + 1]
+        result = truncate_head(text, max_lines=10**9, max_bytes=self.max_chars)
+        text = result.content
         if result.truncated:
             notes.append(f"the text was cut at {format_size(self.max_chars)}")
         header = f"URL: {url}\nStatus: {response.status_code}\n"
@@ -515,25 +538,6 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                 details=details,
             )
         return ToolResult.text(header + "\n" + (text or "(empty response)"), details)
-
-
-def html_to_markdown(html: bytes | str, charset: str | None = None) -> str:
-    """Readable Markdown from an HTML page: scripts, styles, navigation and forms removed."""
-    soup = BeautifulSoup(
-        html, "html.parser", from_encoding=charset if isinstance(html, bytes) else None
-    )
-    for tag in soup(list(_STRIPPED_TAGS)):
-        tag.decompose()
-    title = soup.title.get_text(strip=True) if soup.title else ""
-    if soup.head is not None:
-        soup.head.decompose()
-    root = soup.body or soup
-    text = str(markdownify(str(root), heading_style="ATX", bullets="-"))
-    text = re.sub(r"[ \t]+\n", "\n", text)
-    text = re.sub(r"\n{3,}", "\n\n", text).strip()
-    if title and not text.startswith(f"# {title}"):
-        text = f"# {title}\n\n{text}"
-    return text
 
 
 def _usable_charset(charset: str | None, url: httpx.URL, details: dict[str, Any]) -> str | None:
