@@ -26,6 +26,7 @@ import functools
 import itertools
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -155,12 +156,18 @@ def _candidates() -> Iterator[Path]:
 def _usable(parent: Path) -> bool:
     if not os.access(parent, os.W_OK):
         return False
-    group = CommandCgroup.create(parent, 1)
+    group = CommandCgroup.create(parent, 4)
     if group is None:
         return False
-    usable = os.access(group.path / "cgroup.procs", os.W_OK)
-    group.remove()
-    return usable
+    try:
+        # A real join: cgroup v2 also wants write access where the move starts.
+        done = subprocess.run(group.wrap(["true"]), capture_output=True, timeout=15, check=False)
+        return done.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        group.kill_all()
+        group.remove()
 
 
 def _remove_stale(parent: Path) -> None:
