@@ -542,7 +542,8 @@ def write_file_in_workspace(
     is used. Returns the workspace-relative path actually written."""
     if len(data) > max_bytes:
         raise ToolError(
-            f"'{relative_path}' would be {len(data):,} bytes; at most {max_bytes:,} may be saved."
+            f"'{relative_path}' would be {len(data):,} bytes; at most {max_bytes:,} bytes may "
+            "be saved."
         )
     with Root(root) as opened:
         _, written = replace_file(
