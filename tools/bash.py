@@ -60,7 +60,7 @@ from tools.truncation import (
     format_size,
     truncate_tail,
 )
-from tools.workspace import resolve_in_workspace, workspace_root, write_regular_file
+from tools.workspace import workspace_root, write_file_in_workspace
 
 SandboxMode = Literal["auto", "required", "off"]
 
@@ -530,15 +530,18 @@ class BashTool(AgentTool[BashParams]):
         return ToolResult.text(body, details)
 
     async def _save_full(self, call_id: str, root: Path, output: _Output) -> str | None:
+        """Save the whole output in the workspace through the confined writer, which follows
+        no symlink on the way (the command, or another thread of the channel, may have put
+        one there). None when it could not be saved."""
         safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:100] or "output"
         relative = f"{OUTPUT_DIR}/{safe_id}.log"
         try:
-            path = resolve_in_workspace(root, relative)
             data = await asyncio.to_thread(output.full)
-            await asyncio.to_thread(write_regular_file, path, root, relative, data)
+            return await asyncio.to_thread(
+                write_file_in_workspace, root, relative, data, max_bytes=MAX_SAVED_BYTES
+            )
         except (ToolError, OSError):
-            return None  # e.g. the command replaced .teammate with a link outside
-        return relative
+            return None  # e.g. .teammate was replaced by a link
 
 
 def _round_size(size: int) -> str:
