@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import contextlib
 import io
 import json
 import os
@@ -158,7 +159,7 @@ def decode_text(data: bytes) -> tuple[str, str] | None:
 
 # Only the start of a page is converted: conversion costs seconds per 100 KB of dense markup,
 # and what comes back is cut to a few tens of KB of text anyway.
-HTML_CONVERT_MAX_BYTES = 512 * 1024
+HTML_CONVERT_MAX_BYTES = 256 * 1024
 # Elements nested deeper than this become plain text: markdownify recurses once per level, and
 # thousands of levels end in RecursionError.
 HTML_MAX_DEPTH = 100
@@ -184,26 +185,39 @@ class Converted:
     flattened: bool  # nesting beyond HTML_MAX_DEPTH was turned into plain text
 
 
-class _DepthLimitedConverter(MarkdownConverter):
-    """markdownify, except that an element more than `max_depth` levels down is rendered as
-    its plain text (collected iteratively) instead of being recursed into."""
+class _BoundedConverter(MarkdownConverter):
+    """markdownify, bounded two ways: an element more than `max_depth` levels down is rendered
+    as its plain text (collected iteratively) instead of being recursed into, and once more than
+    `budget` characters of text were produced the rest of the page is skipped (it would be cut
+    from the result anyway)."""
 
-    def __init__(self, max_depth: int, **options: Any) -> None:
+    def __init__(self, max_depth: int, budget: int | None, **options: Any) -> None:
         super().__init__(**options)
         self.max_depth = max_depth
+        self.budget = budget
         self.depth = 0
+        self.produced = 0
         self.flattened = False
 
     def process_tag(self, node: Tag, parent_tags: set[str] | None = None) -> str:
+        if self.budget is not None and self.produced > self.budget:
+            return ""
         if self.depth >= self.max_depth:
             self.flattened = True
-            return " " + node.get_text(" ", strip=True) + " "
+            text = node.get_text(" ", strip=True)
+            self.produced += len(text)
+            return f" {text} "
         self.depth += 1
         try:
-            # (the stubs omit process_tag)
+            # (the stubs omit process_tag and process_text)
             return str(super().process_tag(node, parent_tags=parent_tags))  # type: ignore[misc]
         finally:
             self.depth -= 1
+
+    def process_text(self, node: Any, parent_tags: set[str] | None = None) -> str:
+        text = str(super().process_text(node, parent_tags=parent_tags))  # type: ignore[misc]
+        self.produced += len(text)
+        return text
 
 
 def strip_raw_blocks(html: bytes) -> bytes:
@@ -240,7 +254,7 @@ def html_to_markdown(html: bytes | str, charset: str | None = None) -> str:
     return _convert(html if isinstance(html, bytes) else html.encode("utf-8"), charset).text
 
 
-def _convert(html: bytes, charset: str | None) -> Converted:
+def _convert(html: bytes, charset: str | None, budget: int | None = None) -> Converted:
     html = strip_raw_blocks(html)
     cut = len(html) > HTML_CONVERT_MAX_BYTES
     soup = BeautifulSoup(
@@ -255,7 +269,7 @@ def _convert(html: bytes, charset: str | None) -> Converted:
     if soup.head is not None:
         soup.head.decompose()
     root = soup.body or soup
-    converter = _DepthLimitedConverter(HTML_MAX_DEPTH, heading_style="ATX", bullets="-")
+    converter = _BoundedConverter(HTML_MAX_DEPTH, budget, heading_style="ATX", bullets="-")
     try:
         text = converter.process_tag(root, parent_tags=set())
     except RecursionError:  # a backstop: the depth limit should make this unreachable
@@ -275,8 +289,9 @@ async def convert_html(
     max_chars: int | None = None,
 ) -> Converted:
     """`html_to_markdown` in a child Python process, killed at `timeout_s` (or when the caller
-    is cancelled), so the event loop never runs the conversion. At most `max_chars` characters
-    (+1, so the caller can tell it was cut) come back. Raises ConversionError."""
+    is cancelled), so the event loop never runs the conversion. Conversion stops soon after
+    `max_chars` characters of text, and at most `max_chars` + 1 come back (so the caller can
+    tell it was cut). Raises ConversionError."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-I",  # no user site, no PYTHON* variables: only our code and the installed packages
@@ -312,6 +327,8 @@ async def convert_html(
 
 def _conversion_worker() -> None:
     """The child side of `convert_html`: one request on stdin, one JSON answer on stdout."""
+    with contextlib.suppress(OSError):  # on a busy machine the bot's loop gets the CPU first
+        os.nice(10)
     try:
         import resource
 
@@ -321,7 +338,7 @@ def _conversion_worker() -> None:
     header, _, html = sys.stdin.buffer.read().partition(b"\n")
     request = json.loads(header)
     try:
-        converted = _convert(html, request["charset"])
+        converted = _convert(html, request["charset"], request["max_chars"])
     except ConversionError as exc:
         answer: dict[str, Any] = {"error": str(exc)}
     except MemoryError:

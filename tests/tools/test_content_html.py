@@ -116,7 +116,7 @@ async def test_only_the_start_of_a_huge_page_is_converted(base_url: str) -> None
     result = await tool.execute("c", WebFetchParams(url=f"{base_url}/huge"), make_ctx(Path()))
     text = text_of(result)
     assert text.count("words words") > 10 and "the very end" not in text
-    assert "only the first 512.0 KB of the page" in text
+    assert "only the first 256.0 KB of the page" in text
 
 
 async def test_a_conversion_past_its_deadline_is_stopped_and_its_process_killed(
@@ -150,3 +150,12 @@ def test_code_blocks_are_stripped_before_the_size_cap() -> None:
     assert strip_raw_blocks(page) == b"<p>a</p><p>b</p><scripts>k</scripts>"
     assert strip_raw_blocks(b"<p>a</p><style>unclosed" + b"x" * 100) == b"<p>a</p>"
     assert strip_raw_blocks(b"<svg/><p>c</p>") == b"<p>c</p>"
+
+
+def test_conversion_stops_once_it_has_enough_text() -> None:
+    from tools.content import _convert
+
+    page = ("<table>" + ROW * 600 + "</table>").encode()
+    whole = _convert(page, None).text
+    enough = _convert(page, None, budget=2_000).text
+    assert whole.startswith(enough.rstrip()) and 2_000 < len(enough) < len(whole) / 10
