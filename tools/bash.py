@@ -1,39 +1,42 @@
 """The bash tool: run a shell command in the workspace, bounded in time, output and reach.
 
-Owns: `BashTool`, the bubblewrap sandbox (`SandboxStatus`, `probe_sandbox`, the bwrap command
-line) and killing a command's whole process tree.
+Owns: `BashTool` and killing a command's whole process tree. The sandbox itself (its command
+line, `SandboxLimits`, `SandboxStatus`, `probe_sandbox`) is tools.sandbox; per-command pids
+cgroups are tools.sandbox_cgroup. Both are re-exported here for the toolset.
 
 Rules:
 - Off unless configuration enables it (tools.toolset decides).
 - The command runs as `bash -c` in the workspace, in its own session and process group, with a
-  scrubbed environment (the bot's secrets are never inherited).
-- When it ends, times out or is cancelled, everything it started is killed: the process group
-  and every descendant found in /proc (SIGTERM, a short grace, then SIGKILL). Background jobs do
-  not outlive the command.
-- Sandboxed (bubblewrap usable): the workspace is the only writable place that persists; system
-  directories are read-only; /tmp is a fresh tmpfs; no network; own PID namespace, so killing
-  bwrap kills everything inside. Whether bwrap works is checked once by running it.
+  scrubbed environment (the bot's secrets are never inherited) and `SandboxLimits`' rlimits.
+- When it ends, times out or is cancelled, everything it started is killed: the process group,
+  every descendant found in /proc (SIGTERM, a short grace, then SIGKILL), and everything in
+  its pids cgroup (where the host gives us one), which also holds what left the tree with
+  `setsid`. Sandboxed, the PID namespace does the same; unsandboxed, the command gets its own
+  PID namespace where `unshare` can make one. Where neither a cgroup nor a PID namespace is
+  available, the tool's description says plainly that such processes may survive.
+- Sandboxed (bubblewrap usable): an unprivileged user with no capabilities; the workspace is
+  the only writable place that persists; system directories are read-only; /tmp and /dev/shm
+  are small fresh tmpfs; no network; own PID namespace. Whether bwrap works is checked once.
 - Output streams through `on_update` (throttled); the model sees the tail (2000 lines or
   50 KB); when cut, the full output is saved under `.teammate/bash-output/` in the workspace.
-- Exit code other than 0, a timeout or a stop: `ToolError` with the output and the reason.
+- Exit code other than 0, a timeout or a stop: `ToolError` with the output and the reason; a
+  command that hit the process limit says so.
 
-Must not: import anything of ours outside `core`.
+Must not: import anything of ours outside `core` and `tools.sandbox*`, `tools.workspace`,
+`tools.truncation`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar, Literal
 
@@ -41,15 +44,37 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.models.base import ToolSpec
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult, tool_input_schema
+from tools.sandbox import (
+    SandboxLimits,
+    SandboxStatus,
+    bwrap_command,
+    limited_shell,
+    probe_pid_namespace,
+    probe_sandbox,
+    seccomp_fd,
+)
+from tools.sandbox_cgroup import CommandCgroup, pids_cgroup_parent
 from tools.truncation import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
     format_size,
     truncate_tail,
 )
-from tools.workspace import resolve_in_workspace, workspace_root, write_regular_file
+from tools.workspace import workspace_root, write_file_in_workspace
 
 SandboxMode = Literal["auto", "required", "off"]
+
+__all__ = [
+    "HARD_MAX_TIMEOUT_S",
+    "BashParams",
+    "BashTool",
+    "SandboxLimits",
+    "SandboxMode",
+    "SandboxStatus",
+    "bwrap_command",
+    "probe_containment",
+    "probe_sandbox",
+]
 
 HARD_MAX_TIMEOUT_S = 3600.0
 KILL_GRACE_S = 2.0
@@ -59,83 +84,6 @@ MAX_SAVED_BYTES = 50 * 1024 * 1024
 _MEMORY_BYTES = 1024 * 1024
 _TAIL_KEEP = 2 * DEFAULT_MAX_BYTES
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-# Read-only in the sandbox: enough to run the usual tools, nothing of the host's homes or data.
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
-# Inside those, what commands must not read even though they may run as root: password hashes,
-# host keys and credentials. Files are replaced by an empty one, directories by an empty tmpfs.
-MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
-MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private", "/etc/teammate")
-
-
-# -- the sandbox ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxStatus:
-    """Whether commands can run under bubblewrap here, and if not, why."""
-
-    available: bool
-    bwrap: str | None
-    reason: str
-
-    @property
-    def mode(self) -> Literal["sandboxed", "unsandboxed"]:
-        return "sandboxed" if self.available else "unsandboxed"
-
-
-def bwrap_command(
-    bwrap: str, workspace: Path, command: Sequence[str], *, extra_ro: Sequence[str] = ()
-) -> list[str]:
-    """The bwrap command line running `command` with `workspace` as the only writable place."""
-    args = [
-        bwrap,
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-    ]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    for path in extra_ro:
-        args += ["--ro-bind-try", path, path]
-    for path in MASKED_FILES:
-        if os.path.isfile(path):
-            args += ["--ro-bind", "/dev/null", path]
-    for path in MASKED_DIRS:
-        if os.path.isdir(path):
-            args += ["--tmpfs", path]
-    ws = str(workspace)
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    args += ["--bind", ws, ws, "--remount-ro", "/", "--chdir", ws, "--"]
-    return args + list(command)
-
-
-@functools.lru_cache(maxsize=8)
-def probe_sandbox(bwrap: str | None = None) -> SandboxStatus:
-    """Run `bwrap ... true` once (cached per bwrap path) to learn whether the sandbox works:
-    bubblewrap often fails in containers that forbid namespaces. Blocking; call at start-up."""
-    path = bwrap or shutil.which("bwrap")
-    if path is None:
-        return SandboxStatus(False, None, "bubblewrap (bwrap) is not installed")
-    with tempfile.TemporaryDirectory(prefix="teammate-bwrap-probe-") as probe_dir:
-        argv = bwrap_command(path, Path(probe_dir), ["true"])
-        try:
-            done = subprocess.run(argv, capture_output=True, timeout=15, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return SandboxStatus(False, path, f"bubblewrap could not run: {exc}")
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        return SandboxStatus(
-            False, path, f"bubblewrap fails here: {why[-1] if why else done.returncode}"
-        )
-    return SandboxStatus(True, path, "bubblewrap works")
-
 
 # -- process trees -------------------------------------------------------------------------
 
@@ -314,8 +262,17 @@ class BashTool(AgentTool[BashParams]):
         extra_ro_paths: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         update_interval_s: float = UPDATE_INTERVAL_S,
+        limits: SandboxLimits | None = None,
+        process_cgroup: bool = True,
+        pid_namespace: bool = True,
     ) -> None:
         self.sandbox = sandbox
+        self.limits = limits or SandboxLimits()
+        # Ways of keeping track of everything a command starts, used where the host allows:
+        # a pids cgroup (also the only process limit for a root bot), and outside the sandbox
+        # a PID namespace (the sandbox has its own).
+        self.process_cgroup = process_cgroup
+        self.pid_namespace = pid_namespace
         self.require_sandbox = require_sandbox
         self.max_timeout_s = min(max_timeout_s, HARD_MAX_TIMEOUT_S)
         self.default_timeout_s = min(default_timeout_s, self.max_timeout_s)
@@ -330,13 +287,17 @@ class BashTool(AgentTool[BashParams]):
     def model_description(self) -> str:
         limits = (
             f" Default timeout {self.default_timeout_s:g} s, at most {self.max_timeout_s:g} s "
-            "(set `timeout`)."
+            "(set `timeout`). Each process may use "
+            f"{_round_size(self.limits.memory_bytes)} of memory and write files up to "
+            f"{_round_size(self.limits.file_size_bytes)}."
         )
         if self.sandbox.available:
             where = (
-                " Mode: sandboxed. Only the workspace is writable (and /tmp, which is emptied "
-                "after each command); system directories are read-only; files outside the "
-                "workspace are not visible; there is no network access."
+                " Mode: sandboxed. Only the workspace is writable (and /tmp, "
+                f"{_round_size(self.limits.tmp_size_bytes)} at most, emptied after each "
+                "command); system directories are read-only; files outside the workspace are "
+                "not visible; there is no network access; at most "
+                f"{self.limits.max_processes} processes."
             )
         elif self.require_sandbox:
             where = f" Mode: unavailable ({self.sandbox.reason}); commands will be refused."
@@ -345,7 +306,20 @@ class BashTool(AgentTool[BashParams]):
                 " Mode: unsandboxed (the sandbox is unavailable: "
                 f"{self.sandbox.reason}). Stay inside the workspace."
             )
+            if not self.contained():
+                where += (
+                    " Processes that start their own session (setsid, daemons) may keep "
+                    "running after the command ends; do not start any."
+                )
         return self.description + limits + where
+
+    def contained(self) -> bool:
+        """Whether everything a command starts is sure to end with it: always in the sandbox
+        (its PID namespace), else with a pids cgroup or a PID namespace. Blocking the first
+        time (cached probes); `probe_containment` warms it."""
+        if self.sandbox.available:
+            return True
+        return probe_containment(cgroup=self.process_cgroup, pid_namespace=self.pid_namespace)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
@@ -373,11 +347,23 @@ class BashTool(AgentTool[BashParams]):
         env.update(self.extra_env)
         return env
 
-    def _argv(self, root: Path, command: str) -> list[str]:
-        shell = ["bash", "-c", command]
+    def _argv(
+        self, root: Path, command: str, seccomp: int | None, prefix: tuple[str, ...] | None
+    ) -> list[str]:
+        sandboxed = self.sandbox.available and self.sandbox.bwrap is not None
+        shell = limited_shell(command, self.limits, count_processes=sandboxed)
         if self.sandbox.available and self.sandbox.bwrap:
-            return bwrap_command(self.sandbox.bwrap, root, shell, extra_ro=self.extra_ro_paths)
-        return shell
+            return bwrap_command(
+                self.sandbox.bwrap,
+                root,
+                shell,
+                extra_ro=self.extra_ro_paths,
+                limits=self.limits,
+                seccomp_fd=seccomp,
+                disable_userns=self.sandbox.disable_userns,
+                tmpfs_size=self.sandbox.tmpfs_size,
+            )
+        return [*prefix, *shell] if prefix else shell
 
     async def execute(self, call_id: str, params: BashParams, ctx: ToolContext) -> ToolResult:
         if self.require_sandbox and not self.sandbox.available:
@@ -389,24 +375,56 @@ class BashTool(AgentTool[BashParams]):
             raise ToolError("The command is empty.")
         root = workspace_root(ctx.workspace)
         timeout = min(params.timeout or self.default_timeout_s, self.max_timeout_s)
+        group = (
+            await asyncio.to_thread(_command_cgroup, self.limits.max_processes)
+            if self.process_cgroup
+            else None
+        )
+        try:
+            return await self._run(call_id, params, ctx, root, timeout, group)
+        finally:
+            if group is not None:
+                await asyncio.to_thread(group.kill_all)
+                await asyncio.to_thread(group.remove)
+
+    async def _run(
+        self,
+        call_id: str,
+        params: BashParams,
+        ctx: ToolContext,
+        root: Path,
+        limit_s: float,
+        group: CommandCgroup | None,
+    ) -> ToolResult:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        transport, protocol = await loop.subprocess_exec(
-            lambda: _ExitWatch(limit=2**16, loop=loop),
-            *self._argv(root, params.command),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=root,
-            env=self._env(root),
-            start_new_session=True,
-        )
+        seccomp = seccomp_fd() if self.sandbox.available else None
+        prefix = None
+        if self.pid_namespace and not self.sandbox.available:
+            prefix = await asyncio.to_thread(probe_pid_namespace)
+        argv = self._argv(root, params.command, seccomp, prefix)
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ExitWatch(limit=2**16, loop=loop),
+                *(group.wrap(argv) if group is not None else argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=root,
+                env=self._env(root),
+                start_new_session=True,
+                pass_fds=(seccomp,) if seccomp is not None else (),
+            )
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         output = _Output()
         try:
-            outcome = await self._supervise(proc, protocol, transport, output, ctx, timeout)
+            outcome = await self._supervise(proc, protocol, transport, output, ctx, limit_s, group)
+            hit = group is not None and await asyncio.to_thread(group.limit_reached)
             return await self._finish(
-                call_id, params, root, output, proc, outcome, timeout, started
+                call_id, params, root, output, proc, outcome, limit_s, started, process_limit=hit
             )
         finally:
             output.close()
@@ -419,6 +437,7 @@ class BashTool(AgentTool[BashParams]):
         output: _Output,
         ctx: ToolContext,
         limit_s: float,
+        group: CommandCgroup | None,
     ) -> Literal["exited", "timeout", "stopped"]:
         """Wait for the command to exit, time out or be stopped; then kill what is left."""
         assert proc.stdout is not None
@@ -435,6 +454,8 @@ class BashTool(AgentTool[BashParams]):
             grace = 0.0 if outcome == "exited" else KILL_GRACE_S
             try:
                 await _kill_tree(proc.pid, protocol.exited, grace=grace)
+                if group is not None:  # what left the tree (setsid, double fork) is still here
+                    await asyncio.to_thread(group.kill_all)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(reader), 2.0)
             finally:
@@ -462,6 +483,8 @@ class BashTool(AgentTool[BashParams]):
         outcome: Literal["exited", "timeout", "stopped"],
         limit_s: float,
         started: float,
+        *,
+        process_limit: bool,
     ) -> ToolResult:
         text, cut = output.tail_text()
         code = proc.returncode
@@ -473,8 +496,14 @@ class BashTool(AgentTool[BashParams]):
             "duration_s": round(time.monotonic() - started, 3),
             "output_bytes": output.total_bytes,
             "truncated": cut,
+            "process_limit_reached": process_limit,
         }
         body = text if text.strip() else "(no output)"
+        if process_limit:
+            body += (
+                f"\n\n[The command reached its limit of {self.limits.max_processes} processes: "
+                "starting more failed.]"
+            )
         if cut:
             saved = await self._save_full(call_id, root, output)
             details["full_output_path"] = saved
@@ -501,15 +530,40 @@ class BashTool(AgentTool[BashParams]):
         return ToolResult.text(body, details)
 
     async def _save_full(self, call_id: str, root: Path, output: _Output) -> str | None:
+        """Save the whole output in the workspace through the confined writer, which follows
+        no symlink on the way (the command, or another thread of the channel, may have put
+        one there). None when it could not be saved."""
         safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:100] or "output"
         relative = f"{OUTPUT_DIR}/{safe_id}.log"
         try:
-            path = resolve_in_workspace(root, relative)
             data = await asyncio.to_thread(output.full)
-            await asyncio.to_thread(write_regular_file, path, root, relative, data)
+            return await asyncio.to_thread(
+                write_file_in_workspace, root, relative, data, max_bytes=MAX_SAVED_BYTES
+            )
         except (ToolError, OSError):
-            return None  # e.g. the command replaced .teammate with a link outside
-        return relative
+            return None  # e.g. .teammate was replaced by a link
+
+
+def _round_size(size: int) -> str:
+    for unit, name in ((1 << 30, "GB"), (1 << 20, "MB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit} {name}"
+    return format_size(size)
+
+
+def probe_containment(*, cgroup: bool = True, pid_namespace: bool = True) -> bool:
+    """Whether commands outside the sandbox can be kept from outliving themselves here (a pids
+    cgroup or a PID namespace). Blocking the first time, then cached: call it in a thread at
+    start-up so that building the tool's description later does not wait."""
+    return (cgroup and pids_cgroup_parent() is not None) or (
+        pid_namespace and probe_pid_namespace() is not None
+    )
+
+
+def _command_cgroup(max_processes: int) -> CommandCgroup | None:
+    """A fresh pids cgroup for one command, or None where this host gives us none. Blocking."""
+    parent = pids_cgroup_parent()
+    return CommandCgroup.create(parent, max_processes) if parent is not None else None
 
 
 async def _wait_exit(exited: asyncio.Event, ctx: ToolContext) -> Literal["exited", "stopped"]:

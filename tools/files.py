@@ -1,9 +1,15 @@
 """The workspace file tools: read, write, edit, ls and find.
 
-Owns: those five tools, their parameters and how their output is bounded and worded.
+Owns: those five tools, their parameters, their size limits and how their output is bounded
+and worded.
 
-Every path goes through `resolve_in_workspace` (tools.workspace); file IO runs in a thread so
-the event loop never blocks. Reads are head-truncated (tools.truncation) with a notice telling
+Every path goes through the confined, descriptor-based operations of `tools.workspace` (no
+path is reopened by name); all file IO and CPU work (decoding, counting matches, building the
+diff, decoding images) runs in a worker thread so the event loop never blocks. That work is
+bounded first: content to write or edit is capped (`MAX_WRITE_BYTES`, `MAX_EDIT_FILE_BYTES`),
+match counting stops early, the diff covers only the changed lines, and images are refused by
+their header's pixel count before anything is decoded (`MAX_IMAGE_PIXELS`), at most
+`_IMAGE_DECODES` at a time. Reads are head-truncated (tools.truncation) with a notice telling
 the model how to continue.
 
 Must not: import anything of ours outside `core`.
@@ -13,17 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import io
 import os
-import stat
-from pathlib import Path
+import re
+import threading
+import warnings
 from typing import Any, ClassVar
 
+from PIL import Image as PILImage
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.messages import Image, Text
 from core.tools import AgentTool, ExecutionMode, ToolContext, ToolError, ToolResult
 from tools.content import ImageError, decode_text, prepare_image, sniff_image
-from tools.globs import compile_glob, walk_files
+from tools.globs import compile_glob
 from tools.truncation import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
@@ -33,16 +42,24 @@ from tools.truncation import (
     truncate_head,
 )
 from tools.workspace import (
-    describe_kind,
-    display_path,
-    read_regular_file,
-    resolve_in_workspace,
-    workspace_root,
-    write_regular_file,
+    MAX_WALK_DEPTH,
+    Root,
+    WalkStats,
+    open_dir,
+    read_file,
+    replace_file,
+    walk_tree,
 )
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_IMAGE_FILE_BYTES = 32 * 1024 * 1024
+MAX_IMAGE_PIXELS = 25_000_000  # ~100 MB decoded (RGBA); a bigger one is refused unread
+MAX_WRITE_BYTES = 16 * 1024 * 1024
+MAX_EDIT_FILE_BYTES = 16 * 1024 * 1024
+MAX_COUNTED_MATCHES = 1000
+DIFF_CONTEXT_LINES = 3
+# Decoded images are large: only this many are decoded at once, process-wide.
+_IMAGE_DECODES = threading.BoundedSemaphore(2)
 
 
 class _Params(BaseModel):
@@ -81,28 +98,49 @@ class ReadTool(AgentTool[ReadParams]):
         return f"Read {params.path}:{start}-{end}"
 
     async def execute(self, call_id: str, params: ReadParams, ctx: ToolContext) -> ToolResult:
-        root = workspace_root(ctx.workspace)
-        path = resolve_in_workspace(ctx.workspace, params.path)
-        shown = display_path(root, path)
-        data = await asyncio.to_thread(
-            read_regular_file, path, root, shown, max_bytes=MAX_FILE_BYTES
+        return await asyncio.to_thread(_read, ctx, params)
+
+
+def _read(ctx: ToolContext, params: ReadParams) -> ToolResult:
+    with Root(ctx.workspace) as root:
+        data, shown = read_file(root, params.path, max_bytes=MAX_FILE_BYTES)
+    if sniff_image(data[:16]) is not None:
+        return _read_image(data, shown)
+    decoded = decode_text(data)
+    if decoded is None:
+        raise ToolError(
+            f"'{shown}' is a binary file ({format_size(len(data))}) and cannot be shown as text."
         )
-        if sniff_image(data[:16]) is not None:
-            return await asyncio.to_thread(_read_image, data, shown)
-        decoded = decode_text(data)
-        if decoded is None:
-            raise ToolError(
-                f"'{shown}' is a binary file ({format_size(len(data))}) and cannot be shown as "
-                "text."
-            )
-        return _read_text(decoded[0], shown, params.offset, params.limit, encoding=decoded[1])
+    return _read_text(decoded[0], shown, params.offset, params.limit, encoding=decoded[1])
+
+
+def image_pixels(data: bytes) -> tuple[int, int] | None:
+    """Width and height from an image's header, without decoding its pixels (None if the
+    header cannot be read)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+            with PILImage.open(io.BytesIO(data)) as probe:
+                return probe.size
+    except PILImage.DecompressionBombError:
+        return None  # over Pillow's own hard limit: certainly over ours
+    except Exception:
+        return (0, 0)
 
 
 def _read_image(data: bytes, shown: str) -> ToolResult:
     if len(data) > MAX_IMAGE_FILE_BYTES:
         raise ToolError(f"'{shown}' is an image too large to read ({format_size(len(data))}).")
+    size = image_pixels(data)
+    if size is None or size[0] * size[1] > MAX_IMAGE_PIXELS:
+        dims = "" if size is None else f" ({size[0]}×{size[1]})"
+        raise ToolError(
+            f"'{shown}' is an image with too many pixels{dims}; at most "
+            f"{MAX_IMAGE_PIXELS // 1_000_000} megapixels can be read. Scale it down first."
+        )
     try:
-        image = prepare_image(data)
+        with _IMAGE_DECODES:
+            image = prepare_image(data)
     except ImageError as exc:
         raise ToolError(f"'{shown}' looks like an image but {exc}.") from None
     w, h = image.original_size
@@ -200,18 +238,29 @@ class WriteTool(AgentTool[WriteParams]):
         return f"Write {params.path}"
 
     async def execute(self, call_id: str, params: WriteParams, ctx: ToolContext) -> ToolResult:
-        root = workspace_root(ctx.workspace)
-        path = resolve_in_workspace(ctx.workspace, params.path)
-        shown = display_path(root, path)
-        if path == root:
-            raise ToolError("The path names the workspace itself; give a file name.")
-        data = params.content.encode("utf-8", "surrogatepass")
-        created = await asyncio.to_thread(write_regular_file, path, root, shown, data)
-        verb = "Created" if created else "Overwrote"
-        return ToolResult.text(
-            f"{verb} {shown}: wrote {len(data)} bytes.",
-            {"path": shown, "bytes": len(data), "created": created},
-        )
+        if len(params.content) > MAX_WRITE_BYTES:  # characters: a cheap first bound
+            raise _too_big_to_write(len(params.content))
+        return await asyncio.to_thread(_write, ctx, params)
+
+
+def _too_big_to_write(size: int) -> ToolError:
+    return ToolError(
+        f"The content is too large to write ({format_size(size)}); at most "
+        f"{format_size(MAX_WRITE_BYTES)} per file. Write it in smaller files."
+    )
+
+
+def _write(ctx: ToolContext, params: WriteParams) -> ToolResult:
+    data = params.content.encode("utf-8", "surrogatepass")
+    if len(data) > MAX_WRITE_BYTES:
+        raise _too_big_to_write(len(data))
+    with Root(ctx.workspace) as root:
+        created, shown = replace_file(root, params.path, data)
+    verb = "Created" if created else "Overwrote"
+    return ToolResult.text(
+        f"{verb} {shown}: wrote {len(data)} bytes.",
+        {"path": shown, "bytes": len(data), "created": created},
+    )
 
 
 # -- edit ----------------------------------------------------------------------------------
@@ -242,16 +291,26 @@ class EditTool(AgentTool[EditParams]):
         return f"Edit {params.path}"
 
     async def execute(self, call_id: str, params: EditParams, ctx: ToolContext) -> ToolResult:
-        root = workspace_root(ctx.workspace)
-        path = resolve_in_workspace(ctx.workspace, params.path)
-        shown = display_path(root, path)
         if not params.old_text:
             raise ToolError("old_text is empty; give the exact text to replace.")
         if params.old_text == params.new_text:
             raise ToolError("old_text and new_text are identical; there is nothing to change.")
-        data = await asyncio.to_thread(
-            read_regular_file, path, root, shown, max_bytes=MAX_FILE_BYTES
-        )
+        if len(params.old_text) + len(params.new_text) > MAX_WRITE_BYTES:
+            raise ToolError(
+                f"old_text and new_text together are too large (at most "
+                f"{format_size(MAX_WRITE_BYTES)}); replace the file with `write` instead."
+            )
+        return await asyncio.to_thread(_edit, ctx, params)
+
+
+def _edit(ctx: ToolContext, params: EditParams) -> ToolResult:
+    with Root(ctx.workspace) as root:
+        data, shown = read_file(root, params.path, max_bytes=MAX_FILE_BYTES)
+        if len(data) > MAX_EDIT_FILE_BYTES:
+            raise ToolError(
+                f"'{shown}' is too large to edit ({format_size(len(data))}; at most "
+                f"{format_size(MAX_EDIT_FILE_BYTES)})."
+            )
         decoded = decode_text(data)
         if decoded is None:
             raise ToolError(f"'{shown}' is a binary file and cannot be edited as text.")
@@ -261,15 +320,18 @@ class EditTool(AgentTool[EditParams]):
         if crlf:
             old = old.replace("\r\n", "\n").replace("\n", "\r\n")
             new = new.replace("\r\n", "\n").replace("\n", "\r\n")
-        count = _count_overlapping(text, old)
+        count = _count_overlapping(text, old, stop_after=MAX_COUNTED_MATCHES)
         if count == 0:
             raise ToolError(
                 f"old_text was not found in {shown}. It must match exactly, including whitespace "
                 "and indentation; read the file to see its current content."
             )
         if count > 1:
+            times = (
+                f"{count}" if count <= MAX_COUNTED_MATCHES else f"more than {MAX_COUNTED_MATCHES}"
+            )
             raise ToolError(
-                f"old_text occurs {count} times in {shown}; it must occur exactly once. Include "
+                f"old_text occurs {times} times in {shown}; it must occur exactly once. Include "
                 "more surrounding text to make it unique."
             )
         at = text.index(old)
@@ -282,31 +344,59 @@ class EditTool(AgentTool[EditParams]):
             raise ToolError(
                 f"new_text contains characters that {shown}'s encoding ({encoding}) cannot hold."
             ) from None
-        await asyncio.to_thread(write_regular_file, path, root, shown, encoded)
-        first_line = text.count("\n", 0, at) + 1
-        diff = "".join(
-            difflib.unified_diff(
-                text.replace("\r\n", "\n").splitlines(keepends=True),
-                updated.replace("\r\n", "\n").splitlines(keepends=True),
-                fromfile=f"a/{shown}",
-                tofile=f"b/{shown}",
-            )
-        )
-        return ToolResult.text(
-            f"Edited {shown}: replaced 1 occurrence at line {first_line}.",
-            {
-                "path": shown,
-                "diff": diff,
-                "first_changed_line": first_line,
-                "line_endings": "crlf" if crlf else "lf",
-                "encoding": encoding,
-            },
-        )
+        replace_file(root, shown, encoded, create_parents=False)
+    first_line = text.count("\n", 0, at) + 1
+    diff = _local_diff(text, at, old, new, shown)
+    return ToolResult.text(
+        f"Edited {shown}: replaced 1 occurrence at line {first_line}.",
+        {
+            "path": shown,
+            "diff": diff,
+            "first_changed_line": first_line,
+            "line_endings": "crlf" if crlf else "lf",
+            "encoding": encoding,
+        },
+    )
 
 
-def _count_overlapping(text: str, needle: str) -> int:
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
+def _local_diff(text: str, at: int, old: str, new: str, shown: str) -> str:
+    """The unified diff of one replacement, computed on the changed lines and a few lines of
+    context only (a diff of the whole file costs gigabytes on a big one)."""
+    start = at
+    for _ in range(DIFF_CONTEXT_LINES + 1):
+        start = text.rfind("\n", 0, max(start - 1, 0)) + 1 if start > 0 else 0
+    end = at + len(old)
+    for _ in range(DIFF_CONTEXT_LINES + 1):
+        nl = text.find("\n", end)
+        end = len(text) if nl == -1 else nl + 1
+    before = text[start:end]
+    after = text[start:at] + new + text[at + len(old) : end]
+    offset = text.count("\n", 0, start)
+    lines = difflib.unified_diff(
+        before.replace("\r\n", "\n").splitlines(keepends=True),
+        after.replace("\r\n", "\n").splitlines(keepends=True),
+        fromfile=f"a/{shown}",
+        tofile=f"b/{shown}",
+        n=DIFF_CONTEXT_LINES,
+    )
+    out = []
+    for line in lines:
+        hunk = _HUNK.match(line)
+        if hunk:
+            a, b = int(hunk[1]) + offset, int(hunk[3]) + offset
+            line = f"@@ -{a}{hunk[2] or ''} +{b}{hunk[4] or ''} @@" + line[hunk.end() :]
+        out.append(line)
+    return "".join(out)
+
+
+def _count_overlapping(text: str, needle: str, *, stop_after: int) -> int:
+    """Occurrences of `needle` (overlapping ones too), counting no further than
+    `stop_after` + 1."""
     count, at = 0, text.find(needle)
-    while at != -1:
+    while at != -1 and count <= stop_after:
         count += 1
         at = text.find(needle, at + 1)
     return count
@@ -334,10 +424,7 @@ class LsTool(AgentTool[LsParams]):
         return f"List {params.path}"
 
     async def execute(self, call_id: str, params: LsParams, ctx: ToolContext) -> ToolResult:
-        root = workspace_root(ctx.workspace)
-        path = resolve_in_workspace(ctx.workspace, params.path)
-        shown = display_path(root, path)
-        entries = await asyncio.to_thread(_list_dir, path, shown)
+        entries, shown = await asyncio.to_thread(_list_dir, ctx, params.path)
         details: dict[str, Any] = {"path": shown, "total": len(entries)}
         if not entries:
             return ToolResult.text(f"({shown} is empty.)", details)
@@ -352,26 +439,28 @@ class LsTool(AgentTool[LsParams]):
         return ToolResult.text(text, details)
 
 
-def _list_dir(path: Path, shown: str) -> list[str]:
+def _list_dir(ctx: ToolContext, raw: str) -> tuple[list[str], str]:
+    with Root(ctx.workspace) as root:
+        fd, shown = open_dir(root, raw)
+    names: list[str] = []
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ToolError(f"Directory not found: '{shown}'.") from None
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                try:
+                    if entry.is_symlink():
+                        names.append(entry.name + "@")
+                    elif entry.is_dir(follow_symlinks=False):
+                        names.append(entry.name + "/")
+                    else:
+                        names.append(entry.name)
+                except OSError:
+                    names.append(entry.name)
     except OSError as exc:
         raise ToolError(f"Cannot list '{shown}': {exc.strerror}.") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise ToolError(f"'{shown}' is {describe_kind(info.st_mode)}, not a directory.")
-    names: list[str] = []
-    with os.scandir(path) as listing:
-        for entry in listing:
-            if entry.is_symlink():
-                names.append(entry.name + "@")
-            elif entry.is_dir(follow_symlinks=False):
-                names.append(entry.name + "/")
-            else:
-                names.append(entry.name)
+    finally:
+        os.close(fd)
     names.sort(key=lambda n: (n.casefold(), n))
-    return names
+    return names, shown
 
 
 # -- find ----------------------------------------------------------------------------------
@@ -401,16 +490,18 @@ class FindTool(AgentTool[FindParams]):
         return f"Find {params.pattern}{where}"
 
     async def execute(self, call_id: str, params: FindParams, ctx: ToolContext) -> ToolResult:
-        root = workspace_root(ctx.workspace)
-        path = resolve_in_workspace(ctx.workspace, params.path)
-        shown = display_path(root, path)
-        if not path.is_dir():
-            raise ToolError(f"'{shown}' is not a directory.")
-        matches, more = await asyncio.to_thread(_find, root, path, params.pattern, params.limit)
+        matches, more, shown, too_deep = await asyncio.to_thread(_find, ctx, params)
         details: dict[str, Any] = {"path": shown, "pattern": params.pattern, "count": len(matches)}
+        note = ""
+        if too_deep:
+            details["too_deep"] = too_deep
+            note = (
+                f"\n\n[{too_deep} directories more than {MAX_WALK_DEPTH} levels below {shown} "
+                "were not searched; search from a deeper path to reach them.]"
+            )
         if not matches:
-            return ToolResult.text(f"No files match '{params.pattern}' in {shown}.", details)
-        text = "\n".join(matches)
+            return ToolResult.text(f"No files match '{params.pattern}' in {shown}.{note}", details)
+        text = "\n".join(matches) + note
         if more:
             details["truncated"] = True
             text += (
@@ -420,14 +511,20 @@ class FindTool(AgentTool[FindParams]):
         return ToolResult.text(text, details)
 
 
-def _find(root: Path, top: Path, pattern: str, limit: int) -> tuple[list[str], bool]:
-    matches = compile_glob(pattern)
+def _find(ctx: ToolContext, params: FindParams) -> tuple[list[str], bool, str, int]:
+    matches = compile_glob(params.pattern)
+    with Root(ctx.workspace) as root:
+        top, shown = open_dir(root, params.path)
+    prefix = "" if shown == "." else shown + "/"
     found: list[str] = []
-    for entry in walk_files(top, include_dirs=True):
-        if not matches(entry.relative_to(top).as_posix()):
-            continue
-        if len(found) >= limit:
-            return found, True
-        rel = entry.relative_to(root).as_posix()
-        found.append(rel + "/" if entry.is_dir() else rel)
-    return found, False
+    stats = WalkStats()
+    try:
+        for entry in walk_tree(top, include_dirs=True, stats=stats):
+            if not matches(entry.rel):
+                continue
+            if len(found) >= params.limit:
+                return found, True, shown, stats.too_deep
+            found.append(prefix + entry.rel + ("/" if entry.is_dir else ""))
+    finally:
+        os.close(top)
+    return found, False, shown, stats.too_deep

@@ -5,6 +5,24 @@ search the same files in the same order and report the same matches: every regul
 the path (hidden ones included, .git and symlinks skipped, files containing NUL bytes treated
 as binary and skipped), names sorted per directory, one result per matching line.
 
+Confinement: neither engine is given a path to walk. The files are found by the confined,
+descriptor-based walk of `tools.workspace` (in a worker thread) and opened there; the open
+descriptors are handed to the engine process in batches (`pass_fds`), which reads them as
+`/proc/self/fd/N` (ripgrep) or by number (the Python worker). A directory swapped for a link
+meanwhile is never followed, because nothing is looked up by name any more.
+
+Denial of service: the Python engine runs in a child process (`tools/grep_worker.py`), since
+Python's `re` holds the GIL for a whole catastrophic search and a thread would freeze the
+event loop; the process is killed when `python_timeout_s` passes or the tool is cancelled
+(its timeout). Ripgrep's regex engine is linear-time. The walk is iterative and depth-bounded.
+
+Ripgrep's exit status: it used to be lost now and then ("Unknown child process", returncode
+255), turning a lookaround pattern rg refuses into a wrong "No matches". The cause was ours:
+after rg closed its output we called `proc.kill()` while the child watcher had not reaped it
+yet; `Popen.send_signal` polls first, so it reaped the child itself and the watcher's own
+`waitpid` found nothing. Now rg is only killed when we stop reading early, and a refused
+pattern is recognised from rg's message, not from the exit code alone.
+
 Must not: import anything of ours outside `core`.
 """
 
@@ -14,9 +32,12 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import re
 import shutil
 import stat
+import sys
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -24,12 +45,24 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult
-from tools.globs import compile_glob, walk_files
+from tools.globs import compile_glob
 from tools.truncation import DEFAULT_MAX_BYTES, format_size, truncate_head
-from tools.workspace import display_path, resolve_in_workspace, workspace_root
+from tools.workspace import (
+    MAX_WALK_DEPTH,
+    Root,
+    WalkStats,
+    locate,
+    open_dir,
+    open_entry,
+    open_file,
+    walk_tree,
+)
 
 MAX_LINE_CHARS = 500
 MAX_FILE_BYTES = 32 * 1024 * 1024
+BATCH_FILES = 256  # descriptors handed to one engine process
+PYTHON_TIMEOUT_S = 30.0
+_WORKER = Path(__file__).with_name("grep_worker.py")
 
 Engine = Literal["auto", "ripgrep", "python"]
 
@@ -38,7 +71,14 @@ Engine = Literal["auto", "ripgrep", "python"]
 class Match:
     path: str  # relative to the workspace
     line: int
-    text: str
+    text: str  # at most MAX_LINE_CHARS characters of the line
+    chars: int  # the whole line's length
+
+
+@dataclass(slots=True)
+class _File:
+    fd: int
+    path: str  # relative to the workspace
 
 
 class GrepParams(BaseModel):
@@ -73,53 +113,148 @@ class GrepTool(AgentTool[GrepParams]):
     )
     parameters: ClassVar[type[BaseModel]] = GrepParams
 
-    def __init__(self, *, engine: Engine = "auto", rg_path: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine = "auto",
+        rg_path: str | None = None,
+        python_timeout_s: float = PYTHON_TIMEOUT_S,
+    ) -> None:
         self.engine = engine
         self.rg_path = rg_path if rg_path is not None else shutil.which("rg")
+        self.python_timeout_s = python_timeout_s
 
     def summarize(self, params: GrepParams) -> str:
         where = "" if params.path in (".", "") else f" in {params.path}"
         return f"Grep /{params.pattern}/{where}"
 
     async def execute(self, call_id: str, params: GrepParams, ctx: ToolContext) -> ToolResult:
-        root = workspace_root(ctx.workspace)
-        target = resolve_in_workspace(ctx.workspace, params.path)
-        shown = display_path(root, target)
-        kind = await asyncio.to_thread(_kind, target)
-        if kind is None:
-            raise ToolError(f"Path not found: '{shown}'.")
-        if kind == "other":
-            raise ToolError(f"'{shown}' is not a regular file or directory.")
         source = re.escape(params.pattern) if params.literal else params.pattern
         try:
-            regex = re.compile(source, re.IGNORECASE if params.ignore_case else 0)
+            re.compile(source, re.IGNORECASE if params.ignore_case else 0)
         except re.error as exc:
             raise ToolError(f"Invalid regular expression: {exc}.") from None
+        except RecursionError:
+            raise ToolError("The regular expression is nested too deeply.") from None
         engine = self.engine
         if engine == "auto":
             engine = "ripgrep" if self.rg_path else "python"
-        matches: list[Match] | None = None
-        if engine == "ripgrep":
-            if not self.rg_path:
-                raise ToolError("ripgrep (rg) is not installed.")
-            matches = await _search_rg(self.rg_path, root, target, kind == "dir", params)
-            if matches is None:
-                engine = "python"  # rg rejected a pattern Python accepts (e.g. a lookaround)
-        if matches is None:
-            matches = await asyncio.to_thread(_search_python, root, target, regex, params)
-        return _render(matches, params, shown, engine)
+        if engine == "ripgrep" and not self.rg_path:
+            raise ToolError("ripgrep (rg) is not installed.")
+        stats = WalkStats()
+        files, shown = await asyncio.to_thread(_start_walk, ctx, params, stats)
+        found: list[Match] = []
+        deadline = asyncio.get_running_loop().time() + self.python_timeout_s
+        try:
+            while len(found) <= params.limit:
+                batch = await asyncio.to_thread(_next_batch, files)
+                if not batch:
+                    break
+                try:
+                    wanted = params.limit + 1 - len(found)
+                    matches: list[Match] | None = None
+                    if engine == "ripgrep":
+                        assert self.rg_path is not None
+                        matches = await _search_rg(self.rg_path, batch, params, wanted)
+                        if matches is None:
+                            engine = "python"  # rg refused a pattern Python accepts
+                    if matches is None:
+                        matches = await _search_python(batch, source, params, wanted, deadline)
+                    found.extend(matches)
+                finally:
+                    for file in batch:
+                        with contextlib.suppress(OSError):
+                            os.close(file.fd)
+        finally:
+            await asyncio.to_thread(files.close)
+        return _render(found, params, shown, engine, stats.too_deep)
 
 
-def _render(matches: list[Match], params: GrepParams, shown: str, engine: str) -> ToolResult:
+def _start_walk(
+    ctx: ToolContext, params: GrepParams, stats: WalkStats
+) -> tuple[Generator[_File, None, None], str]:
+    """The files to search, opened one by one as the walk goes (blocking)."""
+    with Root(ctx.workspace) as root:
+        with locate(root, params.path) as at:
+            shown = at.shown
+            if at.name is None:
+                kind = "dir"
+            else:
+                try:
+                    mode = os.stat(at.name, dir_fd=at.dir_fd).st_mode
+                except OSError:
+                    raise ToolError(f"Path not found: '{shown}'.") from None
+                if stat.S_ISDIR(mode):
+                    kind = "dir"
+                elif stat.S_ISREG(mode):
+                    kind = "file"
+                else:
+                    raise ToolError(f"'{shown}' is not a regular file or directory.")
+        if kind == "file":
+            fd, shown = open_file(root, params.path)
+            return _one_file(fd, shown), shown
+        top, shown = open_dir(root, params.path)
+    return _files_under(top, shown, params.glob, stats), shown
+
+
+def _one_file(fd: int, shown: str) -> Generator[_File, None, None]:
+    try:
+        if os.fstat(fd).st_size <= MAX_FILE_BYTES:
+            transfer, fd = fd, -1
+            yield _File(transfer, shown)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _files_under(
+    top: int, shown: str, glob: str | None, stats: WalkStats
+) -> Generator[_File, None, None]:
+    wanted = compile_glob(glob) if glob else None
+    prefix = "" if shown == "." else shown + "/"
+    try:
+        for entry in walk_tree(top, stats=stats):
+            if wanted is not None and not wanted(entry.rel):
+                continue
+            fd = open_entry(entry)
+            if fd is None:
+                continue
+            if os.fstat(fd).st_size > MAX_FILE_BYTES:
+                os.close(fd)
+                continue
+            yield _File(fd, prefix + entry.rel)
+    finally:
+        os.close(top)
+
+
+def _next_batch(files: Iterator[_File]) -> list[_File]:
+    batch: list[_File] = []
+    for file in files:
+        batch.append(file)
+        if len(batch) >= BATCH_FILES:
+            break
+    return batch
+
+
+def _render(
+    matches: list[Match], params: GrepParams, shown: str, engine: str, too_deep: int
+) -> ToolResult:
     details: dict[str, Any] = {
         "engine": engine,
         "path": shown,
         "count": min(len(matches), params.limit),
     }
+    deep_note = ""
+    if too_deep:
+        details["too_deep"] = too_deep
+        deep_note = (
+            f"\n\n[{too_deep} directories more than {MAX_WALK_DEPTH} levels below {shown} were "
+            "not searched; search from a deeper path to reach them.]"
+        )
     if not matches:
-        return ToolResult.text(f"No matches for /{params.pattern}/ in {shown}.", details)
+        return ToolResult.text(f"No matches for /{params.pattern}/ in {shown}.{deep_note}", details)
     over = len(matches) > params.limit
-    lines = [f"{m.path}:{m.line}: {_clip(m.text)}" for m in matches[: params.limit]]
+    lines = [f"{m.path}:{m.line}: {_clip(m)}" for m in matches[: params.limit]]
     cut = truncate_head("\n".join(lines), max_lines=params.limit, max_bytes=DEFAULT_MAX_BYTES)
     text = cut.content
     notes = []
@@ -133,110 +268,128 @@ def _render(matches: list[Match], params: GrepParams, shown: str, engine: str) -
     if notes:
         details["truncated"] = True
         text += "\n\n[" + " ".join(notes) + "]"
-    return ToolResult.text(text, details)
+    return ToolResult.text(text + deep_note, details)
 
 
-def _clip(text: str) -> str:
-    if len(text) <= MAX_LINE_CHARS:
-        return text
-    return text[:MAX_LINE_CHARS] + f"… [line cut, {len(text)} characters]"
+def _clip(match: Match) -> str:
+    if match.chars <= MAX_LINE_CHARS:
+        return match.text
+    return match.text[:MAX_LINE_CHARS] + f"… [line cut, {match.chars} characters]"
 
 
-def _search_python(
-    root: Path, target: Path, regex: re.Pattern[str], params: GrepParams
+async def _search_python(
+    batch: list[_File], source: str, params: GrepParams, wanted: int, deadline: float
 ) -> list[Match]:
-    wanted = compile_glob(params.glob) if params.glob else None
-    is_dir = target.is_dir()
-    files = walk_files(target) if is_dir else [target]
-    found: list[Match] = []
-    for file in files:
-        if wanted is not None and is_dir and not wanted(file.relative_to(target).as_posix()):
-            continue
-        try:
-            info = file.lstat()
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-                continue
-            data = file.read_bytes()
-        except OSError:
-            continue
-        if b"\x00" in data:
-            continue
-        rel = file.relative_to(root).as_posix()
-        text = data.decode("utf-8", "replace")
-        for number, line in enumerate(text.split("\n"), start=1):
-            line = line.removesuffix("\r")
-            if regex.search(line):
-                found.append(Match(rel, number, line))
-                if len(found) > params.limit:
-                    return found
-    return found
-
-
-async def _search_rg(
-    rg: str, root: Path, target: Path, is_dir: bool, params: GrepParams
-) -> list[Match] | None:
-    """Matches from ripgrep, or None if rg cannot compile the pattern."""
-    args = [
-        rg,
-        "--json",
-        "--sort=path",
-        "--hidden",
-        "--no-ignore",
-        "--no-config",
-        "--no-messages",
-        f"--max-filesize={MAX_FILE_BYTES}",
-        "--glob=!.git",
-    ]
-    if params.ignore_case:
-        args.append("--ignore-case")
-    if params.literal:
-        args.append("--fixed-strings")
-    if params.glob and is_dir:
-        args.append(f"--glob={params.glob}")
-    args += ["--regexp", params.pattern, "--", str(target)]
+    """Matches from the Python worker process, killed at `deadline` or on cancellation."""
+    request = {
+        "pattern": source,
+        "ignore_case": params.ignore_case,
+        "limit": wanted,
+        "max_bytes": MAX_FILE_BYTES,
+        "max_chars": MAX_LINE_CHARS,
+        "files": [[file.fd, index] for index, file in enumerate(batch)],
+    }
     proc = await asyncio.create_subprocess_exec(
-        *args,
-        cwd=root,
-        stdin=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        "-I",
+        "-S",
+        str(_WORKER),
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        limit=2 * MAX_FILE_BYTES,  # one JSON line holds a whole matching line
+        pass_fds=[file.fd for file in batch],
+        limit=2**20,
     )
-    found: list[Match] = []
-    assert proc.stdout is not None and proc.stderr is not None
+    loop = asyncio.get_running_loop()
     try:
-        async for raw in proc.stdout:
-            event = json.loads(raw)
-            if event.get("type") != "match":
-                continue
-            data = event["data"]
-            path = Path(_rg_text(data["path"]))
-            line = _rg_text(data["lines"]).removesuffix("\n").removesuffix("\r")
-            found.append(Match(path.relative_to(root).as_posix(), int(data["line_number"]), line))
-            if len(found) > params.limit:
-                break
+        out, err = await asyncio.wait_for(
+            proc.communicate(json.dumps(request).encode()), max(0.0, deadline - loop.time())
+        )
+    except TimeoutError:
+        raise ToolError(
+            "The regular expression took too long to run (stopped after "
+            f"{PYTHON_TIMEOUT_S:.0f} s). It probably backtracks catastrophically (nested "
+            "quantifiers like '(a+)+', or backreferences); simplify it or search a narrower path."
+        ) from None
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-        stderr = await proc.stderr.read()
-        code = await proc.wait()
-    if code == 2 and not found:
-        message = stderr.decode("utf-8", "replace")
-        if "regex" in message.lower():
-            return None
-        raise ToolError(f"ripgrep failed: {message.strip()[:500]}")
+            await proc.wait()
+    if proc.returncode != 0:
+        message = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise ToolError(f"The search failed: {message[0][:300]}")
+    found = []
+    for raw in out.splitlines():
+        index, line, text, chars = json.loads(raw)
+        found.append(Match(batch[index].path, line, text, chars))
     return found
 
 
-def _kind(path: Path) -> Literal["file", "dir", "other"] | None:
+async def _search_rg(
+    rg: str, batch: list[_File], params: GrepParams, wanted: int
+) -> list[Match] | None:
+    """Matches from ripgrep, or None if rg cannot compile the pattern."""
+    # One thread: files are searched, and reported, in the order given (the walk's order).
+    args = [rg, "--json", "--no-config", "--no-messages", "--threads=1"]
+    if params.ignore_case:
+        args.append("--ignore-case")
+    if params.literal:
+        args.append("--fixed-strings")
+    args += ["--regexp", params.pattern, "--"]
+    by_name = {f"/proc/self/fd/{file.fd}": index for index, file in enumerate(batch)}
+    args += list(by_name)
+    proc = await asyncio.create_subprocess_exec(
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        pass_fds=[file.fd for file in batch],
+        limit=2 * MAX_FILE_BYTES,  # one JSON line holds a whole matching line
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    stderr_task = asyncio.ensure_future(proc.stderr.read(64 * 1024))
+    found: list[tuple[int, Match]] = []
+    pending: dict[
+        int, list[tuple[int, Match]]
+    ] = {}  # a file's matches, kept once it proved not binary
+    stopped_early = False
     try:
-        mode = path.lstat().st_mode
-    except OSError:
+        async for raw in proc.stdout:
+            event = json.loads(raw)
+            kind = event.get("type")
+            data = event.get("data", {})
+            if kind == "match":
+                index = by_name.get(_rg_text(data["path"]))
+                if index is None:
+                    continue
+                line = _rg_text(data["lines"]).removesuffix("\n").removesuffix("\r")
+                number = int(data["line_number"])
+                match = Match(batch[index].path, number, line[:MAX_LINE_CHARS], len(line))
+                pending.setdefault(index, []).append((index, match))
+            elif kind == "end":
+                index = by_name.get(_rg_text(data["path"]))
+                matches = pending.pop(index, []) if index is not None else []
+                if data.get("binary_offset") is None:  # a NUL byte makes the file binary
+                    found.extend(matches)
+                if len(found) >= wanted:
+                    stopped_early = True
+                    break
+    finally:
+        # Kill only a process we stopped listening to: killing one that already closed its
+        # output races the child watcher for its exit status (see the module docstring).
+        if stopped_early or sys.exc_info()[0] is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        stderr = await stderr_task
+        code = await proc.wait()
+    message = stderr.decode("utf-8", "replace")
+    if not found and ("regex parse error" in message or "error parsing regex" in message):
         return None
-    if stat.S_ISDIR(mode):
-        return "dir"
-    return "file" if stat.S_ISREG(mode) else "other"
+    if code not in (0, 1) and not stopped_early and not found:
+        raise ToolError(f"ripgrep failed (exit status {code}): {message.strip()[:500]}")
+    found.sort(key=lambda pair: (pair[0], pair[1].line))
+    return [match for _, match in found[:wanted]]
 
 
 def _rg_text(value: dict[str, str]) -> str:

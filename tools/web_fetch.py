@@ -1,20 +1,25 @@
 """The web_fetch tool: GET one http(s) URL and return it as readable text.
 
-Owns: `WebFetchTool`, the address policy (`is_forbidden_address`, `AddressPolicy`) and the
-HTML → Markdown conversion.
+Owns: `WebFetchTool`, the address policy (`is_forbidden_address`, `AddressPolicy`) and body
+decoding (`BodyDecoder`). HTML → Markdown is `tools.content`'s, run in a child process with a
+deadline (`convert_html`) so a big or deeply nested page never runs on the event loop.
 
 SSRF rules:
 - Only http and https; no credentials in the URL.
 - Before any connection the host is resolved (IP literals, including the legacy decimal, octal
   and hex IPv4 forms, are parsed here, not by a resolver) and EVERY address is checked:
   loopback, private, link-local, cloud metadata, unspecified, multicast, reserved, CGNAT
-  (100.64/10) and the IPv4 addresses embedded in IPv6 (mapped, 6to4, Teredo, NAT64) are refused
-  unless configuration allows the host (`host` or `host:port`).
+  (100.64/10), IPv6 site-local (fec0::/10) and the IPv4 addresses embedded in IPv6 (mapped,
+  6to4, Teredo, NAT64) are refused unless configuration allows the host (`host` or
+  `host:port`).
 - The connection goes to the address that was checked (the URL is rewritten to the IP, with the
   original Host header and TLS server name), so a second DNS answer cannot redirect it
   (DNS rebinding). Proxies from the environment are ignored for the same reason.
 - Redirects are followed by hand, at most `max_redirects`, each hop checked like the first.
 - The body is streamed and cut at `max_bytes`; the whole fetch is bounded by `timeout_s`.
+  Compressed bodies are decoded here, not by httpx (`BodyDecoder`): every layer of
+  `Content-Encoding` is inflated in bounded pieces and counted as it inflates, so a small
+  stacked gzip cannot expand to gigabytes before the cap is checked.
 
 Must not: import anything of ours outside `core`.
 """
@@ -25,16 +30,27 @@ import asyncio
 import ipaddress
 import re
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+import ssl
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+# httpx imports its transport stack (httpcore, h11, anyio's asyncio backend) on first use;
+# importing it here keeps that one-off cost (hundreds of ms) off the event loop's first fetch.
+import anyio._backends._asyncio  # noqa: F401
+import httpcore._backends.anyio  # noqa: F401
 import httpx
-from bs4 import BeautifulSoup
-from markdownify import markdownify
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult
+from tools.content import (
+    HTML_CONVERT_MAX_BYTES,
+    HTML_CONVERT_TIMEOUT_S,
+    HTML_MAX_DEPTH,
+    ConversionError,
+    convert_html,
+)
 from tools.truncation import DEFAULT_MAX_BYTES, format_size, truncate_head
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -50,7 +66,15 @@ _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _IPV4_COMPAT = ipaddress.ip_network("::/96")
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
-_STRIPPED_TAGS = ("script", "style", "nav", "noscript", "iframe", "svg", "template", "form")
+
+# Decoded output is produced in pieces of at most this size; nothing larger is ever inflated
+# at once, whatever the compression ratio.
+DECODE_CHUNK = 64 * 1024
+MAX_ENCODING_LAYERS = 4
+# What we can decode ourselves (brotli and zstd are not installed): asked for explicitly, so a
+# server has no reason to send anything else.
+ACCEPT_ENCODING = "gzip, deflate"
+_ENCODING_ALIASES = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
 
 
 def is_forbidden_address(ip: IPAddress) -> str | None:
@@ -67,6 +91,8 @@ def is_forbidden_address(ip: IPAddress) -> str | None:
                 return f"{inner} (inside an IPv6 address)"
         if ip in _NAT64_LOCAL:
             return "private"
+        if ip.is_site_local:  # fec0::/10: deprecated, but still routed inside some networks
+            return "site-local"
     if ip.is_unspecified:
         return "unspecified"
     if ip.is_loopback:
@@ -144,6 +170,122 @@ def _split_host_port(entry: str) -> tuple[str, int | None]:
     return entry.rstrip("."), None
 
 
+class DecodeError(ValueError):
+    """The body does not decode as its Content-Encoding says."""
+
+
+class _Inflater:
+    """One gzip or deflate layer, inflated in pieces of at most DECODE_CHUNK and stopped
+    (`cut`) once it has produced `limit` bytes."""
+
+    def __init__(self, kind: str, limit: int) -> None:
+        self.kind = kind
+        self.limit = limit
+        self.produced = 0
+        self.cut = False
+        self._head = b""  # deflate: the first bytes, until the zlib wrapper can be recognised
+        self._inflater: Any = zlib.decompressobj(16 + zlib.MAX_WBITS) if kind == "gzip" else None
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        if self._inflater is None:
+            self._head += data
+            if len(self._head) < 2:
+                return
+            data, self._head = self._head, b""
+            self._inflater = zlib.decompressobj(_deflate_wbits(data))
+        yield from self._inflate(data)
+
+    def finish(self) -> Iterator[bytes]:
+        if self._inflater is None and self._head:
+            self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            yield from self._inflate(self._head)
+
+    def _inflate(self, data: bytes) -> Iterator[bytes]:
+        while not self.cut:
+            try:
+                out = self._inflater.decompress(data, DECODE_CHUNK)
+            except zlib.error as exc:
+                raise DecodeError(f"bad {self.kind} data: {exc}") from None
+            if out:
+                self.produced += len(out)
+                self.cut = self.produced >= self.limit
+                yield out
+            if self._inflater.eof:
+                rest = self._inflater.unused_data
+                if self.kind != "gzip" or not rest.strip(b"\0"):
+                    return  # trailing bytes after the stream (or padding) are ignored
+                # Concatenated gzip members are one valid body.
+                self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                data = rest
+                continue
+            data = self._inflater.unconsumed_tail
+            # A full piece may leave output pending inside zlib: ask again until it is short.
+            if not data and len(out) < DECODE_CHUNK:
+                return
+
+
+def _deflate_wbits(head: bytes) -> int:
+    """`deflate` is meant to be zlib-wrapped, but some servers send raw deflate."""
+    if head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return zlib.MAX_WBITS
+    return -zlib.MAX_WBITS
+
+
+class BodyDecoder:
+    """Undoes a response's Content-Encoding layers as raw bytes arrive, bounded at every layer.
+
+    Each layer (and the raw input) stops after `limit` bytes, so the work is bounded by a few
+    times `limit` however the layers are stacked; decoded pieces are at most DECODE_CHUNK.
+    Raises DecodeError for an encoding it cannot undo.
+    """
+
+    def __init__(self, content_encoding: str, *, limit: int) -> None:
+        names = [part.strip().lower() for part in content_encoding.split(",")]
+        names = [name for name in names if name and name != "identity"]
+        if len(names) > MAX_ENCODING_LAYERS:
+            raise DecodeError(
+                f"the body is encoded {len(names)} times, more than {MAX_ENCODING_LAYERS}"
+            )
+        for name in names:
+            if name not in _ENCODING_ALIASES:
+                raise DecodeError(
+                    f"the body is sent with Content-Encoding '{name}', which cannot be decoded "
+                    f"(supported: {ACCEPT_ENCODING})"
+                )
+        self.limit = limit
+        self.raw_bytes = 0
+        self._raw_cut = False
+        # Encodings are listed in the order they were applied: undo the last one first.
+        self._layers = [_Inflater(_ENCODING_ALIASES[name], limit) for name in reversed(names)]
+
+    @property
+    def cut(self) -> bool:
+        """Whether something was left undecoded because a limit was reached."""
+        return self._raw_cut or any(layer.cut for layer in self._layers)
+
+    def feed(self, raw: bytes) -> Iterator[bytes]:
+        if self._raw_cut:
+            return
+        self.raw_bytes += len(raw)
+        if self.raw_bytes >= self.limit:
+            self._raw_cut = True
+            raw = raw[: len(raw) - (self.raw_bytes - self.limit)]
+        yield from self._through(0, raw)
+
+    def finish(self) -> Iterator[bytes]:
+        for index, layer in enumerate(self._layers):
+            for piece in layer.finish():
+                yield from self._through(index + 1, piece)
+
+    def _through(self, index: int, data: bytes) -> Iterator[bytes]:
+        if index == len(self._layers):
+            for start in range(0, len(data), DECODE_CHUNK):
+                yield data[start : start + DECODE_CHUNK]
+            return
+        for piece in self._layers[index].feed(data):
+            yield from self._through(index + 1, piece)
+
+
 class WebFetchParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -180,6 +322,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
         max_chars: int = DEFAULT_MAX_BYTES,
         timeout_s: float = 20.0,
         max_redirects: int = 5,
+        convert_timeout_s: float = HTML_CONVERT_TIMEOUT_S,
         resolver: Resolver = system_resolver,
         transport_factory: TransportFactory | None = None,
     ) -> None:
@@ -188,6 +331,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
         self.max_chars = max_chars
         self.fetch_timeout_s = timeout_s
         self.max_redirects = max_redirects
+        self.convert_timeout_s = convert_timeout_s
         self.resolver = resolver
         self.transport_factory = transport_factory
 
@@ -253,7 +397,11 @@ class WebFetchTool(AgentTool[WebFetchParams]):
         transport = self.transport_factory() if self.transport_factory else None
         timeout = httpx.Timeout(self.fetch_timeout_s, connect=min(10.0, self.fetch_timeout_s))
         async with httpx.AsyncClient(
-            transport=transport, trust_env=False, follow_redirects=False, timeout=timeout
+            transport=transport,
+            verify=await _tls_context(),
+            trust_env=False,
+            follow_redirects=False,
+            timeout=timeout,
         ) as client:
             url: str | httpx.URL = raw_url
             hops: list[str] = []
@@ -270,7 +418,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                             raise ToolError(f"Refused: bad redirect location ({exc}).") from None
                         continue
                     body, cut = await self._read_body(response)
-                    return self._render(target.url, response, body, cut, hops)
+                    return await self._render(target.url, response, body, cut, hops)
                 finally:
                     await response.aclose()
             raise ToolError(f"Too many redirects (more than {self.max_redirects}) from {raw_url}.")
@@ -289,6 +437,7 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                     "Host": host_header,
                     "User-Agent": USER_AGENT,
                     "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
+                    "Accept-Encoding": ACCEPT_ENCODING,
                 },
                 extensions={"sni_hostname": target.host},
             )
@@ -301,19 +450,39 @@ class WebFetchTool(AgentTool[WebFetchParams]):
         raise ToolError(f"Could not connect to {target.host}: {_describe(last_error)}.")
 
     async def _read_body(self, response: httpx.Response) -> tuple[bytes, bool]:
+        """The decoded body, cut at max_bytes, and whether it was cut. Raw bytes are decoded
+        here as they arrive (httpx's own decoding would inflate each chunk in full first)."""
+        # A response built in memory (a test transport) arrives already read and decoded.
+        preread = response.is_stream_consumed
+        encoding = "" if preread else response.headers.get("content-encoding", "")
+        try:
+            decoder = BodyDecoder(encoding, limit=self.max_bytes)
+        except DecodeError as exc:
+            raise ToolError(f"{response.url} cannot be shown: {exc}.") from None
         chunks: list[bytes] = []
         size = 0
         try:
-            async for chunk in response.aiter_bytes():
-                chunks.append(chunk)
-                size += len(chunk)
-                if size >= self.max_bytes:
-                    return b"".join(chunks)[: self.max_bytes], True
+            async for raw in _raw_chunks(response, preread):
+                for piece in decoder.feed(raw):
+                    chunks.append(piece)
+                    size += len(piece)
+                    if size >= self.max_bytes:
+                        return b"".join(chunks)[: self.max_bytes], True
+                if decoder.cut:
+                    break
+            else:
+                for piece in decoder.finish():
+                    chunks.append(piece)
+                    size += len(piece)
+                    if size >= self.max_bytes:
+                        return b"".join(chunks)[: self.max_bytes], True
         except httpx.HTTPError as exc:
             raise ToolError(f"Reading {response.url} failed: {_describe(exc)}.") from None
-        return b"".join(chunks), False
+        except DecodeError as exc:
+            raise ToolError(f"The body of {response.url} could not be decoded ({exc}).") from None
+        return b"".join(chunks), decoder.cut
 
-    def _render(
+    async def _render(
         self, url: httpx.URL, response: httpx.Response, body: bytes, cut: bool, hops: list[str]
     ) -> ToolResult:
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -336,16 +505,32 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                 "is not text and cannot be shown.",
                 details=details,
             )
-        charset = response.charset_encoding
-        if is_html:
-            text = html_to_markdown(body, charset)
-        else:
-            text = body.decode(charset or "utf-8", "replace")
-        result = truncate_head(text, max_lines=10**9, max_bytes=self.max_chars)
-        text = result.content
+        charset = _usable_charset(response.charset_encoding, url, details)
         notes: list[str] = []
         if cut:
             notes.append(f"the download was stopped at {format_size(self.max_bytes)}")
+        if is_html:
+            try:
+                converted = await convert_html(
+                    body, charset, timeout_s=self.convert_timeout_s, max_chars=self.max_chars
+                )
+            except ConversionError as exc:
+                raise ToolError(
+                    f"{url} could not be shown as text: {exc}.", details=details
+                ) from None
+            text = converted.text
+            if converted.cut:
+                notes.append(
+                    f"only the first {format_size(HTML_CONVERT_MAX_BYTES)} of the page (without "
+                    "scripts and styles) were converted"
+                )
+            if converted.flattened:
+                notes.append(f"elements nested over {HTML_MAX_DEPTH} deep are shown as plain text")
+        else:
+            # Enough characters to reach the byte limit: truncating 2 MB would be wasted work.
+            text = body.decode(charset or "utf-8", "replace")[: self.max_chars + 1]
+        result = truncate_head(text, max_lines=10**9, max_bytes=self.max_chars)
+        text = result.content
         if result.truncated:
             notes.append(f"the text was cut at {format_size(self.max_chars)}")
         header = f"URL: {url}\nStatus: {response.status_code}\n"
@@ -364,23 +549,40 @@ class WebFetchTool(AgentTool[WebFetchParams]):
         return ToolResult.text(header + "\n" + (text or "(empty response)"), details)
 
 
-def html_to_markdown(html: bytes | str, charset: str | None = None) -> str:
-    """Readable Markdown from an HTML page: scripts, styles, navigation and forms removed."""
-    soup = BeautifulSoup(
-        html, "html.parser", from_encoding=charset if isinstance(html, bytes) else None
-    )
-    for tag in soup(list(_STRIPPED_TAGS)):
-        tag.decompose()
-    title = soup.title.get_text(strip=True) if soup.title else ""
-    if soup.head is not None:
-        soup.head.decompose()
-    root = soup.body or soup
-    text = str(markdownify(str(root), heading_style="ATX", bullets="-"))
-    text = re.sub(r"[ \t]+\n", "\n", text)
-    text = re.sub(r"\n{3,}", "\n\n", text).strip()
-    if title and not text.startswith(f"# {title}"):
-        text = f"# {title}\n\n{text}"
-    return text
+_TLS_CONTEXT: ssl.SSLContext | None = None
+
+
+async def _tls_context() -> ssl.SSLContext:
+    """One TLS context for every fetch, built once in a thread: loading the CA bundle takes
+    tens to hundreds of milliseconds, which a new client per fetch would spend on the loop."""
+    global _TLS_CONTEXT
+    if _TLS_CONTEXT is None:
+        context = await asyncio.to_thread(httpx.create_ssl_context, trust_env=False)
+        _TLS_CONTEXT = _TLS_CONTEXT or context
+    return _TLS_CONTEXT
+
+
+def _usable_charset(charset: str | None, url: httpx.URL, details: dict[str, Any]) -> str | None:
+    """The declared charset if Python can decode text with it; a clear error otherwise (not a
+    bare LookupError, and not a bytes-to-bytes codec such as 'zlib' or 'rot13')."""
+    if charset is None:
+        return None
+    try:
+        b"a".decode(charset, "replace")  # (b"" is not checked: it decodes with anything)
+    except LookupError:
+        raise ToolError(
+            f"{url} declares an unknown character set '{charset}', so its text cannot be read.",
+            details=details,
+        ) from None
+    return charset
+
+
+async def _raw_chunks(response: httpx.Response, preread: bool) -> AsyncIterator[bytes]:
+    if preread:
+        yield response.content
+        return
+    async for raw in response.aiter_raw():
+        yield raw
 
 
 def _describe(exc: Exception | None) -> str:

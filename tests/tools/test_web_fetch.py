@@ -17,7 +17,8 @@ from aiohttp import web
 
 from core.tools import ToolError
 from tests.tools.conftest import make_ctx, text_of
-from tools.web_fetch import WebFetchParams, WebFetchTool, html_to_markdown
+from tools.content import html_to_markdown
+from tools.web_fetch import WebFetchParams, WebFetchTool
 
 PAGE = """<!doctype html><html><head><title>Release notes</title>
 <style>body { color: red }</style><script>alert('x')</script></head>
