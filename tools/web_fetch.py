@@ -468,6 +468,8 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                     size += len(piece)
                     if size >= self.max_bytes:
                         return b"".join(chunks)[: self.max_bytes], True
+                    # One small raw chunk can inflate to many pieces: let others run between.
+                    await asyncio.sleep(0)
                 if decoder.cut:
                     break
             else:
