@@ -26,6 +26,7 @@ import json
 import os
 import re
 import sys
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,12 @@ _STRIPPED_TAGS = ("script", "style", "nav", "noscript", "iframe", "svg", "templa
 _RAW_STRIPPED = (b"script", b"style", b"svg", b"noscript", b"template")
 _TAG_NAME_END = frozenset(b" \t\n\r\f/>")
 _ROOT = Path(__file__).resolve().parent.parent
+_CHILD_ENV = ("PATH", "LD_LIBRARY_PATH", "TMPDIR")
+# Each child is a Python process of some 70 MB that keeps a core busy for seconds.
+MAX_CONCURRENT_CONVERSIONS = 2
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class ConversionError(ValueError):
@@ -292,6 +299,23 @@ async def convert_html(
     is cancelled), so the event loop never runs the conversion. Conversion stops soon after
     `max_chars` characters of text, and at most `max_chars` + 1 come back (so the caller can
     tell it was cut). Raises ConversionError."""
+    async with _conversion_slots():
+        return await _convert_in_child(html, charset, timeout_s, max_chars)
+
+
+def _conversion_slots() -> asyncio.Semaphore:
+    """At most MAX_CONCURRENT_CONVERSIONS children at once (per event loop: a semaphore
+    belongs to one loop); more pages wait their turn within their fetch's own deadline."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(MAX_CONCURRENT_CONVERSIONS)
+    return slots
+
+
+async def _convert_in_child(
+    html: bytes, charset: str | None, timeout_s: float, max_chars: int | None
+) -> Converted:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-I",  # no user site, no PYTHON* variables: only our code and the installed packages
@@ -301,7 +325,11 @@ async def convert_html(
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"},
+        # Nothing of ours (no API keys) is handed to a process that parses hostile pages.
+        env={
+            "LC_ALL": "C.UTF-8",
+            **{name: os.environ[name] for name in _CHILD_ENV if name in os.environ},
+        },
     )
     header = json.dumps({"charset": charset, "max_chars": max_chars}).encode() + b"\n"
     try:

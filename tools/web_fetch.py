@@ -75,6 +75,7 @@ MAX_ENCODING_LAYERS = 4
 # server has no reason to send anything else.
 ACCEPT_ENCODING = "gzip, deflate"
 _ENCODING_ALIASES = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def is_forbidden_address(ip: IPAddress) -> str | None:
@@ -184,6 +185,9 @@ class _Inflater:
         self.produced = 0
         self.cut = False
         self._head = b""  # deflate: the first bytes, until the zlib wrapper can be recognised
+        self._ended = False  # the current stream (gzip member) is complete
+        self._after_end = b""  # what followed it, until it is known to be a member or junk
+        self._junk = False
         self._inflater: Any = zlib.decompressobj(16 + zlib.MAX_WBITS) if kind == "gzip" else None
 
     def feed(self, data: bytes) -> Iterator[bytes]:
@@ -202,6 +206,19 @@ class _Inflater:
 
     def _inflate(self, data: bytes) -> Iterator[bytes]:
         while not self.cut:
+            if self._ended:
+                # After the end of the stream: another gzip member (a valid body may be several
+                # concatenated), or padding and junk, which are ignored to the end.
+                if self.kind != "gzip" or self._junk:
+                    return
+                self._after_end += data
+                if len(self._after_end) < len(_GZIP_MAGIC):
+                    return
+                if not self._after_end.startswith(_GZIP_MAGIC):
+                    self._junk, self._after_end = True, b""
+                    return
+                data, self._after_end, self._ended = self._after_end, b"", False
+                self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
             try:
                 out = self._inflater.decompress(data, DECODE_CHUNK)
             except zlib.error as exc:
@@ -211,12 +228,8 @@ class _Inflater:
                 self.cut = self.produced >= self.limit
                 yield out
             if self._inflater.eof:
-                rest = self._inflater.unused_data
-                if self.kind != "gzip" or not rest.strip(b"\0"):
-                    return  # trailing bytes after the stream (or padding) are ignored
-                # Concatenated gzip members are one valid body.
-                self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                data = rest
+                self._ended = True
+                data = self._inflater.unused_data
                 continue
             data = self._inflater.unconsumed_tail
             # A full piece may leave output pending inside zlib: ask again until it is short.
@@ -468,6 +481,8 @@ class WebFetchTool(AgentTool[WebFetchParams]):
                     size += len(piece)
                     if size >= self.max_bytes:
                         return b"".join(chunks)[: self.max_bytes], True
+                    # One small raw chunk can inflate to many pieces: let others run between.
+                    await asyncio.sleep(0)
                 if decoder.cut:
                     break
             else:

@@ -20,6 +20,7 @@ from core.tools import ToolError
 from tests.tools.conftest import make_ctx, text_of
 from tools.content import (
     HTML_CONVERT_MAX_BYTES,
+    MAX_CONCURRENT_CONVERSIONS,
     convert_html,
     html_to_markdown,
     strip_raw_blocks,
@@ -27,7 +28,7 @@ from tools.content import (
 from tools.web_fetch import WebFetchParams, WebFetchTool
 
 ROW = "<tr><td>cell <b>bold</b></td><td><a href='/x'>link</a></td></tr>\n"
-BIG = ("<html><body><table>" + ROW * (250_000 // len(ROW)) + "</table></body></html>").encode()
+BIG = ("<html><body><table>" + ROW * (150_000 // len(ROW)) + "</table></body></html>").encode()
 DEEP = ("<div>" * 5000 + "deep text" + "</div>" * 5000).encode()
 HUGE = (
     "<html><body>" + ("<p>" + "words " * 100 + "</p>\n") * (2 * HTML_CONVERT_MAX_BYTES // 600)
@@ -159,3 +160,34 @@ def test_conversion_stops_once_it_has_enough_text() -> None:
     whole = _convert(page, None).text
     enough = _convert(page, None, budget=2_000).text
     assert whole.startswith(enough.rstrip()) and 2_000 < len(enough) < len(whole) / 3
+
+
+async def test_at_most_two_conversions_run_at_once() -> None:
+    page = ("<table>" + ROW * 300 + "</table>").encode()
+    tasks = [asyncio.create_task(convert_html(page, max_chars=100)) for _ in range(4)]
+    most = 0
+    while not all(task.done() for task in tasks):
+        most = max(most, len(worker_children()))
+        await asyncio.sleep(0.01)
+    assert [len((await task).text) for task in tasks] == [101] * 4
+    assert 1 <= most <= MAX_CONCURRENT_CONVERSIONS == 2
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+async def test_the_child_gets_no_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-for-the-test")
+    task = asyncio.create_task(convert_html(BIG))
+    children: list[int] = []
+    for _ in range(1000):
+        if children := worker_children():
+            break
+        await asyncio.sleep(0.01)
+    environment = environ_of(children[0])
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "ANTHROPIC_API_KEY" not in environment and "PATH" in environment

@@ -166,3 +166,19 @@ async def test_only_decodable_encodings_are_asked_for(base_url: str) -> None:
     finally:
         await runner.cleanup()
     assert seen == ["gzip, deflate"]
+
+
+@pytest.mark.parametrize("step", [1, 7, 20, 4096])
+def test_gzip_members_and_trailing_bytes_in_any_chunking(step: int) -> None:
+    first, second = gzip.compress(b"first part, "), gzip.compress(b"second part")
+    for body, expected in [
+        (first + second, b"first part, second part"),
+        (first + b"\0\0\0\0", b"first part, "),  # padding after the stream
+        (first + b"trailing junk", b"first part, "),  # not a gzip member: ignored
+    ]:
+        decoder = BodyDecoder("gzip", limit=LIMIT)
+        out = b""
+        for start in range(0, len(body), step):
+            out += b"".join(decoder.feed(body[start : start + step]))
+        out += b"".join(decoder.finish())
+        assert out == expected and not decoder.cut
