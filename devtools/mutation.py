@@ -1,0 +1,514 @@
+"""`scripts/mutation [FILE…]`: mutation testing of the core, on a reproducible sample.
+
+The mutants are mutmut's (3.x, its operators: swapped comparison, boolean and arithmetic
+operators, changed constants and strings, `None` for arguments and assignments, dropped
+keyword arguments, `break` for `continue`, …), one mutant per function-level change. Running
+them is ours, because mutmut's in-process trampolines break the tests that start subprocesses
+(the CLI end-to-end tests, the crash tests, the grep and bash tools):
+- the checkout (tracked and untracked files) is copied to a scratch folder per worker, so the
+  worktree is never touched and a crash cannot leave a mutant behind;
+- the tests run once under coverage.py with per-test contexts; each mutant then runs, in a
+  fresh `pytest -x`, only the tests that execute its line, fastest first;
+- a mutant whose tests fail is killed; one that outlives its time limit (a hang) is killed too;
+- a seeded sample when a file has more mutants than `--max-per-file`;
+- `devtools/mutation_equivalents.txt` lists mutants no caller can tell apart (not scored).
+Prints per file mutants / tried / killed / survived / score, the survivors as
+`file:line: original ⟶ mutant`, and last one JSON line `{"mutation_score": {...}}`.
+Not part of CI: it takes minutes per file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import queue
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENTS = ROOT / "devtools" / "mutation_equivalents.txt"
+
+# The default set, as patterns: the modules may be split (storage/sqlite_*.py, bots/runner_*.py
+# or a bots/runner/ package), and whatever exists of them is measured.
+DEFAULT_PATTERNS = (
+    "core/loop.py",
+    "core/loop_*.py",
+    "core/history.py",
+    "bots/runner.py",
+    "bots/runner_*.py",
+    "bots/runner/*.py",
+    "storage/sqlite.py",
+    "storage/sqlite_*.py",
+    "bots/slack/translate*.py",
+    "bots/discord/translate*.py",
+)
+
+ARROW = "⟶"
+TIME_LIMIT_FLOOR_S = 30.0  # interpreter start-up and imports on a busy machine
+TIME_LIMIT_FACTOR = 4.0  # times the tests' own duration in the clean run
+
+
+@dataclass(frozen=True)
+class Mutant:
+    file: str
+    index: int  # the mutation's position in mutmut's order for this file
+    line: int
+    mutation: str  # `original ⟶ mutant`, the changed source lines stripped
+    code: str  # the whole mutated file
+
+
+@dataclass
+class FileResult:
+    file: str
+    generated: int
+    killed: list[tuple[Mutant, str]] = field(default_factory=list)  # with how
+    survived: list[tuple[Mutant, str]] = field(default_factory=list)  # with why
+    equivalent: list[Mutant] = field(default_factory=list)
+
+    @property
+    def tried(self) -> int:
+        return len(self.killed) + len(self.survived)
+
+    @property
+    def score(self) -> float:
+        return round(len(self.killed) / self.tried, 4) if self.tried else 0.0
+
+
+# -- which mutants -------------------------------------------------------------------------------
+
+
+def default_files(root: Path) -> list[str]:
+    found: list[str] = []
+    for pattern in DEFAULT_PATTERNS:
+        for path in sorted(root.glob(pattern)):
+            relative = path.relative_to(root).as_posix()
+            if path.is_file() and path.name != "__init__.py" and relative not in found:
+                found.append(relative)
+    return found
+
+
+def generate(file: str, source: str, max_count: int, seed: int) -> tuple[int, list[Mutant]]:
+    """How many mutants mutmut makes inside the functions of `source`, and all of them or a
+    seeded sample of `max_count` (in file order), each as a whole mutated file. The seed is
+    mixed with the file's name so adding a file does not change another file's sample."""
+    import libcst
+    from mutmut.mutation.file_mutation import create_mutations
+
+    module, mutations, _classes, _functions = create_mutations(file, source)
+    # module level mutations are left out: mutmut does not run those either
+    inside = [
+        (index, mutation)
+        for index, mutation in enumerate(mutations, start=1)
+        if mutation.contained_by_top_level_function is not None
+    ]
+    if len(inside) > max_count:
+        chosen = set(random.Random(f"{seed}:{file}").sample(range(len(inside)), max_count))
+        picked = [item for position, item in enumerate(inside) if position in chosen]
+    else:
+        picked = inside
+    mutants: list[Mutant] = []
+    for index, mutation in picked:
+        mutated = module.deep_replace(mutation.original_node, mutation.mutated_node)
+        assert isinstance(mutated, libcst.Module)
+        line, text = describe(source, mutated.code)
+        mutants.append(Mutant(file=file, index=index, line=line, mutation=text, code=mutated.code))
+    return len(inside), mutants
+
+
+def describe(original: str, mutated: str) -> tuple[int, str]:
+    """The first changed line of `original` and `original ⟶ mutant` for the changed lines."""
+    before, after = original.splitlines(), mutated.splitlines()
+    removed: list[str] = []
+    added: list[str] = []
+    first: int | None = None
+    matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
+    for tag, a_start, a_end, b_start, b_end in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if first is None:
+            first = a_start
+        removed += [text.strip() for text in before[a_start:a_end]]
+        added += [text.strip() for text in after[b_start:b_end]]
+    text = f"{' '.join(removed) or '(nothing)'} {ARROW} {' '.join(added) or '(removed)'}"
+    return (first or 0) + 1, text
+
+
+def load_equivalents(path: Path) -> dict[tuple[str, str], str]:
+    """`file:line: original ⟶ mutant — reason` lines; '#' comments. Keyed by file and
+    mutation text, so an entry survives edits that move its line (the line is for people)."""
+    entries: dict[tuple[str, str], str] = {}
+    if not path.exists():
+        return entries
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        location, sep, rest = line.partition(": ")
+        mutation, dash, reason = rest.rpartition(" — ")
+        file, colon, _line = location.rpartition(":")
+        if not (sep and dash and colon and reason.strip() and ARROW in mutation):
+            raise ValueError(f"{path}:{number}: expected `file:line: a {ARROW} b — reason`")
+        entries[(file, mutation.strip())] = reason.strip()
+    return entries
+
+
+# -- the scratch copies --------------------------------------------------------------------------
+
+
+def copy_checkout(root: Path, target: Path) -> None:
+    """Tracked and untracked (not ignored) files: what the developer sees, uncommitted
+    changes included."""
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for relative in filter(None, listing.split("\0")):
+        source = root / relative
+        if source.is_file():
+            destination = target / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination)
+    # mutmut's generator reads its (empty) settings from the working directory
+    with (target / "pyproject.toml").open("a", encoding="utf-8") as config:
+        config.write('\n[tool.mutmut]\nsource_paths = ["core"]\n')
+
+
+def test_environment(copy: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(copy)  # the copy's packages, not the worktree's editable install
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a mutant of the same size and second is not stale
+    return env
+
+
+@dataclass(frozen=True)
+class Coverage:
+    tests_by_line: dict[str, dict[int, set[str]]]  # file -> line -> pytest node ids
+    seconds_by_test: dict[str, float]
+
+
+def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> Coverage:
+    """Run the selected tests once under coverage.py, recording which test ran each line."""
+    from coverage import CoverageData
+
+    data_file = copy / ".mutation-coverage"
+    junit = copy / ".mutation-junit.xml"
+    rc = copy / ".mutation-coveragerc"
+    rc.write_text("[run]\ndynamic_context = test_function\n", encoding="utf-8")
+    command = [
+        sys.executable,
+        "-m",
+        "coverage",
+        "run",
+        f"--rcfile={rc}",
+        f"--data-file={data_file}",
+        f"--include={','.join(files)}",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        *tests,
+    ]
+    completed = subprocess.run(
+        command, cwd=copy, env=test_environment(copy), capture_output=True, text=True
+    )
+    if completed.returncode != 0:
+        log = Path(tempfile.gettempdir()) / "teammate-mutation-clean-run.log"
+        log.write_text(completed.stdout + completed.stderr, encoding="utf-8")
+        failed = [line for line in completed.stdout.splitlines() if line.startswith("FAILED")]
+        raise SystemExit(
+            f"the tests fail without any mutant (whole output in {log}); fix them first:\n"
+            + "\n".join(failed or completed.stdout.splitlines()[-20:])
+        )
+    data = CoverageData(basename=str(data_file))
+    data.read()
+    tests_by_line: dict[str, dict[int, set[str]]] = {}
+    for file in files:
+        by_line = data.contexts_by_lineno(str(copy / file))
+        tests_by_line[file] = {
+            line: {node for context in contexts if (node := _node_id(copy, context))}
+            for line, contexts in by_line.items()
+        }
+    return Coverage(tests_by_line, _durations(junit))
+
+
+def _node_id(copy: Path, context: str) -> str | None:
+    """`tests.core.test_loop.test_x` (or `….TestClass.test_x`) to a pytest node id."""
+    parts = context.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = Path(copy, *parts[:cut]).with_suffix(".py")
+        if module.is_file():
+            return "::".join([module.relative_to(copy).as_posix(), *parts[cut:]])
+    return None
+
+
+def _durations(junit: Path) -> dict[str, float]:
+    durations: dict[str, float] = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        classname, name = case.get("classname", ""), case.get("name", "")
+        test = name.split("[", 1)[0]
+        node = _classname_to_node(classname, test)
+        durations[node] = durations.get(node, 0.0) + float(case.get("time", "0") or 0)
+    return durations
+
+
+def _classname_to_node(classname: str, test: str) -> str:
+    parts = classname.split(".")
+    # junit classnames are module path dotted, then any class
+    for cut in range(len(parts), 0, -1):
+        if (ROOT / Path(*parts[:cut])).with_suffix(".py").is_file():
+            return "::".join([Path(*parts[:cut]).as_posix() + ".py", *parts[cut:], test])
+    return "::".join([classname.replace(".", "/") + ".py", test])
+
+
+# -- running mutants -----------------------------------------------------------------------------
+
+
+class Server:
+    """A `devtools.mutation_server` in one scratch copy: runs tests in a forked child."""
+
+    def __init__(self, copy: Path) -> None:
+        self.copy = copy
+        self._log = (copy / ".mutation-server.log").open("wb")
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "devtools.mutation_server"],
+            cwd=copy,
+            env=test_environment(copy),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._receive()  # ready once everything is imported
+
+    def run(self, tests: Sequence[str], limit_s: float) -> tuple[str, str]:
+        """('killed' | 'survived', how): the tests, stopping at the first failure."""
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps({"tests": list(tests), "limit_s": limit_s}) + "\n")
+        self._process.stdin.flush()
+        answer = self._receive()
+        return str(answer["verdict"]), str(answer["how"])
+
+    def _receive(self) -> dict[str, object]:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            log = (self.copy / ".mutation-server.log").read_text(errors="replace")[-2000:]
+            raise SystemExit(f"the mutation test server stopped:\n{log}")
+        answer: dict[str, object] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._log.close()
+
+
+def run_mutant(server: Server, mutant: Mutant, coverage: Coverage) -> tuple[str, str]:
+    by_line = coverage.tests_by_line.get(mutant.file, {})
+    # A line without bytecode of its own (a closing bracket, a continued expression) takes the
+    # tests of the statement it continues.
+    line = next((n for n in range(mutant.line, mutant.line - 6, -1) if n in by_line), mutant.line)
+    tests = sorted(
+        by_line.get(line, set()), key=lambda node: coverage.seconds_by_test.get(node, 0.0)
+    )
+    if not tests:
+        return "survived", "no test runs this line"
+    limit = TIME_LIMIT_FLOOR_S + TIME_LIMIT_FACTOR * sum(
+        coverage.seconds_by_test.get(node, 1.0) for node in tests
+    )
+    target = server.copy / mutant.file
+    original = target.read_text(encoding="utf-8")
+    try:
+        target.write_text(mutant.code, encoding="utf-8")
+        return server.run(tests, limit)
+    finally:
+        target.write_text(original, encoding="utf-8")
+
+
+def check_mutants_are_seen(server: Server, file: str, coverage: Coverage) -> None:
+    """A broken file must fail its tests: proves the tests import the copy being mutated."""
+    tests = sorted(
+        {node for nodes in coverage.tests_by_line.get(file, {}).values() for node in nodes}
+    )
+    if not tests:
+        return
+    target = server.copy / file
+    original = target.read_text(encoding="utf-8")
+    try:
+        target.write_text('raise RuntimeError("mutation: sanity check")\n' + original)
+        verdict, _how = server.run(tests[:1], 120)
+    finally:
+        target.write_text(original, encoding="utf-8")
+    if verdict != "killed":
+        raise SystemExit(f"tests of {file} do not import the mutated copy; cannot measure")
+
+
+def run_all(
+    servers: Sequence[Server],
+    mutants: Sequence[Mutant],
+    coverage: Coverage,
+    progress: Callable[[Mutant, str, str], None],
+) -> dict[tuple[str, int], tuple[str, str]]:
+    free: queue.Queue[Server] = queue.Queue()
+    for server in servers:
+        free.put(server)
+    lock = threading.Lock()
+    verdicts: dict[tuple[str, int], tuple[str, str]] = {}
+
+    def one(mutant: Mutant) -> None:
+        server = free.get()
+        try:
+            verdict = run_mutant(server, mutant, coverage)
+        finally:
+            free.put(server)
+        with lock:
+            verdicts[(mutant.file, mutant.index)] = verdict
+            progress(mutant, *verdict)
+
+    with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+        for future in [pool.submit(one, mutant) for mutant in mutants]:
+            future.result()
+    return verdicts
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+def tally(
+    files: Sequence[str],
+    generated: dict[str, int],
+    sampled: Sequence[Mutant],
+    verdicts: dict[tuple[str, int], tuple[str, str]],
+    equivalents: dict[tuple[str, str], str],
+) -> list[FileResult]:
+    results = {file: FileResult(file=file, generated=generated[file]) for file in files}
+    for mutant in sampled:
+        result = results[mutant.file]
+        if (mutant.file, mutant.mutation) in equivalents:
+            result.equivalent.append(mutant)
+            continue
+        verdict, how = verdicts[(mutant.file, mutant.index)]
+        (result.killed if verdict == "killed" else result.survived).append((mutant, how))
+    return list(results.values())
+
+
+def report(results: Sequence[FileResult], conditions: str) -> dict[str, float]:
+    print(conditions)
+    print()
+    print(
+        f"{'file':<28} {'mutants':>8} {'tried':>6} {'killed':>7} {'survived':>9} "
+        f"{'equiv.':>7} {'score':>7}"
+    )
+    for result in results:
+        print(
+            f"{result.file:<28} {result.generated:>8} {result.tried:>6} {len(result.killed):>7} "
+            f"{len(result.survived):>9} {len(result.equivalent):>7} {result.score:>7.1%}"
+        )
+    for result in results:
+        if result.survived:
+            print(f"\nsurvivors in {result.file}:")
+            for mutant, how in sorted(result.survived, key=lambda item: item[0].line):
+                note = "" if how == "tests pass" else f"  [{how}]"
+                print(f"  {mutant.file}:{mutant.line}: {mutant.mutation}{note}")
+    return {result.file: result.score for result in results}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/mutation", description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help="files to mutate (default: the core set)")
+    parser.add_argument("--max-per-file", type=int, default=100, help="sample size per file")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the sample")
+    parser.add_argument("--workers", type=int, default=2, help="mutants run at once")
+    parser.add_argument("--tests", nargs="+", default=["tests"], help="pytest selection")
+    parser.add_argument("--equivalents", type=Path, default=EQUIVALENTS)
+    parser.add_argument("--list", action="store_true", help="list the sample; run nothing")
+    args = parser.parse_args(argv)
+
+    files = [Path(file).as_posix() for file in args.files] or default_files(ROOT)
+    missing = [file for file in files if not (ROOT / file).is_file()]
+    if missing or not files:
+        parser.error(f"no such file: {', '.join(missing)}" if missing else "no files to mutate")
+    equivalents = load_equivalents(args.equivalents)
+    started = time.monotonic()
+
+    scratch = Path(tempfile.mkdtemp(prefix="teammate-mutation-"))
+    try:
+        copies = [scratch / f"worker-{number}" for number in range(max(args.workers, 1))]
+        for copy in copies:
+            copy_checkout(ROOT, copy)
+        os.chdir(copies[0])  # mutmut's generator reads its settings from here
+        generated: dict[str, int] = {}
+        sampled: list[Mutant] = []
+        for file in files:
+            source = (ROOT / file).read_text(encoding="utf-8")
+            generated[file], mutants = generate(file, source, args.max_per_file, args.seed)
+            sampled += mutants
+        os.chdir(ROOT)
+        if args.list:
+            for mutant in sampled:
+                print(f"{mutant.file}:{mutant.line}: {mutant.mutation}")
+            return 0
+        print(
+            f"mutation: measuring coverage of {' '.join(files)} by {' '.join(args.tests)}…",
+            flush=True,
+        )
+        coverage = measure_coverage(copies[0], files, args.tests)
+        servers = [Server(copy) for copy in copies]
+        try:
+            for file in files:
+                check_mutants_are_seen(servers[0], file, coverage)
+            print(f"mutation: running {len(sampled)} mutants on {len(copies)} workers…", flush=True)
+
+            def progress(mutant: Mutant, verdict: str, how: str) -> None:
+                print("." if verdict == "killed" else "S", end="", flush=True)
+
+            verdicts = run_all(servers, sampled, coverage, progress)
+            print()
+        finally:
+            for server in servers:
+                server.close()
+    finally:
+        os.chdir(ROOT)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    results = tally(files, generated, sampled, verdicts, equivalents)
+    conditions = (
+        f"mutmut {_version('mutmut')} mutants, coverage.py {_version('coverage')} contexts; "
+        f"sample <= {args.max_per_file} per file, seed {args.seed}, {len(copies)} workers; "
+        f"tests {' '.join(args.tests)}; equivalents {args.equivalents.name}; "
+        f"{os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s"
+    )
+    scores = report(results, conditions)
+    print(json.dumps({"mutation_score": scores}))
+    return 0
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

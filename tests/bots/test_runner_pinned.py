@@ -1,0 +1,441 @@
+"""Runner behaviour people and operators notice, pinned through the public face only
+(`submit`, `stop`, `wait`, `recover`) with the real store, ScriptedModel and a recording
+surface: budgets per conversation and their UTC day, the turn limit, what a stop says, the
+cancel signal tools see, the model recorded, which messages a compaction covers, and the
+interrupted results recovery writes."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from bots.incoming import Incoming
+from bots.runner import INTERRUPTED_NOTICE, ConversationRunner
+from bots.settings import BudgetSettings, ChannelSettings, CompactionSettings, Settings
+from core.messages import (
+    AssistantMessage,
+    Author,
+    Message,
+    Text,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from core.models.base import ModelInfo, ModelRequest, Prices
+from core.models.scripted import Reply, ScriptedModel, call
+from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
+from storage.sqlite import SqliteStore
+from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
+
+ADA = Author(id="U1", name="Ada")
+BOB = Author(id="U2", name="Bob")
+CHANNEL = "slack:T9:C9"
+KEY = f"{CHANNEL}:1700000000.000100"
+OTHER_KEY = f"{CHANNEL}:1700000000.000200"
+PRICES = Prices(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+EXPENSIVE = Usage(input=100_000, output=10_000)  # $0.45 at these prices
+MIDNIGHT = datetime(2026, 3, 11, tzinfo=UTC).timestamp()  # 2026-03-11 00:00:00 UTC
+
+
+def info(model_id: str, window: int = 200_000) -> ModelInfo:
+    return ModelInfo(
+        id=model_id,
+        provider="scripted",
+        context_window=window,
+        max_output_tokens=4_096,
+        prices=PRICES,
+    )
+
+
+class Clock:
+    """A settable clock shared by the store (usage timestamps) and the runner (budget day)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class WaitParams(BaseModel):
+    pass
+
+
+class WaitTool(AgentTool[WaitParams]):
+    """Waits until the run is stopped; notes what its cancel signal said."""
+
+    name = "wait"
+    label = "Wait"
+    description = "Waits until the run is stopped."
+    parameters = WaitParams
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.saw: list[tuple[bool, str | None]] = []
+
+    async def execute(self, call_id: str, params: WaitParams, ctx: ToolContext) -> ToolResult:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.saw.append((ctx.signal.cancelled, ctx.signal.reason))
+            raise
+        return ToolResult.text("never")
+
+
+class NoteParams(BaseModel):
+    text: str
+
+
+class NoteTool(AgentTool[NoteParams]):
+    name = "note"
+    label = "Note"
+    description = "Takes a note."
+    parameters = NoteParams
+
+    async def execute(self, call_id: str, params: NoteParams, ctx: ToolContext) -> ToolResult:
+        return ToolResult.text(f"noted {params.text}")
+
+
+_deliveries = iter(range(1, 1_000_000))
+
+
+def incoming(text: str, *, key: str = KEY, author: Author = ADA) -> Incoming:
+    return Incoming(
+        conversation_key=key,
+        channel_key=CHANNEL,
+        author=author,
+        text=text,
+        delivery_id=f"pinned-{next(_deliveries)}",
+        timestamp=MIDNIGHT,
+    )
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(MIDNIGHT + 12 * 3600)
+
+
+@pytest.fixture
+async def store(tmp_path: Path, clock: Clock) -> AsyncIterator[SqliteStore]:
+    async with SqliteStore.open(tmp_path / "teammate.db", clock=clock) as opened:
+        yield opened
+
+
+def make_runner(
+    store: SqliteStore,
+    tmp_path: Path,
+    models: Callable[[str], ScriptedModel],
+    *,
+    tools: Sequence[AnyTool] = (),
+    clock: Callable[[], float] | None = None,
+    surfaces: RecordingSurfaces | None = None,
+    **settings: Any,
+) -> ConversationRunner:
+    return ConversationRunner(
+        store=store,
+        settings=Settings(data_dir=tmp_path, **settings),
+        model_factory=models,
+        toolset_factory=lambda _channel: tools,
+        platform_rules="Plain text only.",
+        surfaces=surfaces or RecordingSurfaces(),
+        **({"clock": clock} if clock is not None else {}),
+    )
+
+
+async def ask(runner: ConversationRunner, text: str, key: str = KEY) -> RecordingSurface:
+    surface = RecordingSurface()
+    await runner.submit(incoming(text, key=key), surface)
+    await runner.wait(key)
+    return surface
+
+
+async def stored(store: SqliteStore, key: str = KEY) -> list[Message]:
+    conversation = await store.get_conversation(key)
+    assert conversation is not None
+    return [s.message for s in (await store.load(conversation.id)).messages]
+
+
+# -- budgets -----------------------------------------------------------------------------------
+
+
+async def test_a_conversation_over_its_daily_budget_is_refused_and_others_are_not(
+    store: SqliteStore, tmp_path: Path, clock: Clock
+) -> None:
+    model = ScriptedModel(
+        [Reply(text="pricey", usage=EXPENSIVE), Reply(text="elsewhere")], info=info("m")
+    )
+    runner = make_runner(
+        store,
+        tmp_path,
+        lambda _id: model,
+        clock=clock,
+        budgets=BudgetSettings(conversation_usd_per_day=0.40),
+    )
+    await ask(runner, "first")
+    refused = await ask(runner, "second")
+    [finished] = refused.finished()
+    assert finished.outcome == "error" and finished.error_text is not None
+    assert "this conversation has used $0.45 of $0.40 today" in finished.error_text
+    assert "budgets.conversation_usd_per_day" in finished.error_text
+    assert "midnight UTC" in finished.error_text
+    assert len(model.requests) == 1
+    # The limit is per conversation: another thread of the same channel is answered.
+    other = await ask(runner, "third", key=OTHER_KEY)
+    assert [f.outcome for f in other.finished()] == ["done"]
+    assert len(model.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("spent_at", "asked_at", "refused"),
+    [
+        (MIDNIGHT - 1, MIDNIGHT - 0.5, True),  # the same UTC day
+        (MIDNIGHT - 1, MIDNIGHT, False),  # a new day starts at midnight UTC exactly
+        (MIDNIGHT, MIDNIGHT + 60, True),  # spent at midnight counts for the new day
+        (MIDNIGHT - 60, MIDNIGHT + 86_399, False),
+        (MIDNIGHT + 86_399, MIDNIGHT + 86_399.5, True),
+        (MIDNIGHT + 86_399, MIDNIGHT + 86_400, False),
+    ],
+)
+async def test_budgets_reset_at_midnight_utc(
+    store: SqliteStore,
+    tmp_path: Path,
+    clock: Clock,
+    spent_at: float,
+    asked_at: float,
+    refused: bool,
+) -> None:
+    model = ScriptedModel(
+        [Reply(text="pricey", usage=EXPENSIVE), Reply(text="again")], info=info("m")
+    )
+    runner = make_runner(
+        store,
+        tmp_path,
+        lambda _id: model,
+        clock=clock,
+        budgets=BudgetSettings(conversation_usd_per_day=0.40),
+    )
+    clock.now = spent_at
+    await ask(runner, "first")
+    clock.now = asked_at
+    [finished] = (await ask(runner, "second")).finished()
+    assert (finished.outcome == "error") is refused
+    assert len(model.requests) == (1 if refused else 2)
+
+
+# -- the turn limit, stopping, cancel signal --------------------------------------------------
+
+
+async def test_a_run_that_hits_the_turn_limit_says_so_and_leaves_a_usable_history(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    def forever(_request: ModelRequest) -> Reply:
+        return Reply(tool_calls=[call("note", {"text": "more"})])
+
+    model = ScriptedModel(default=forever, info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[NoteTool()], max_turns=3)
+    surface = await ask(runner, "keep going")
+
+    assert len(model.requests) == 3
+    [finished] = surface.finished()
+    assert finished.outcome == "done"
+    assert finished.error_text is not None
+    assert "I stopped after 3 steps in one go (the turn limit)" in finished.error_text
+    assert "continue" in finished.error_text
+    # Every call of the run was answered: the next run sends a complete history.
+    history = await stored(store)
+    calls = [c.id for m in history if isinstance(m, AssistantMessage) for c in m.tool_calls()]
+    results = [m.tool_call_id for m in history if isinstance(m, ToolResultMessage)]
+    assert len(calls) == 3 and results == calls
+
+
+async def test_a_stop_tells_people_who_stopped_it_and_tools_see_the_same_reason(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[tool])
+    surface = RecordingSurface()
+    await runner.submit(incoming("wait for it"), surface)
+    await asyncio.wait_for(tool.started.wait(), 5)
+    assert runner.stop(KEY, by=BOB) is True
+    await runner.wait(KEY)
+
+    assert tool.saw == [(True, "Stopped by Bob.")]
+    [finished] = surface.finished()
+    assert finished.outcome == "aborted" and finished.error_text == "Stopped by Bob."
+    assert runner.stop(KEY) is False  # nothing left to stop
+
+
+async def test_a_stop_without_a_name_says_stopped(store: SqliteStore, tmp_path: Path) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[tool])
+    surface = RecordingSurface()
+    await runner.submit(incoming("wait for it"), surface)
+    await asyncio.wait_for(tool.started.wait(), 5)
+    runner.stop(KEY)
+    await runner.wait(KEY)
+    assert tool.saw == [(True, "Stopped.")]
+    assert surface.finished()[0].error_text == "Stopped."
+
+
+# -- what is recorded -------------------------------------------------------------------------
+
+
+async def test_the_channel_model_is_recorded_on_the_run_and_on_each_usage_row(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    made: list[str] = []
+
+    def models(model_id: str) -> ScriptedModel:
+        made.append(model_id)
+        return ScriptedModel(
+            [Reply(text="thinking", tool_calls=[call("wait")], usage=Usage(input=10, output=5))],
+            info=info(model_id),
+        )
+
+    runner = make_runner(
+        store,
+        tmp_path,
+        models,
+        tools=[tool],
+        model="default-model",
+        channels={CHANNEL: ChannelSettings(model="channel-model")},
+    )
+    await runner.submit(incoming("go"), RecordingSurface())
+    await asyncio.wait_for(tool.started.wait(), 5)
+    [running] = await store.running_runs()
+    assert running.model == "channel-model"
+    runner.stop(KEY)
+    await runner.wait(KEY)
+
+    assert made == ["channel-model"]
+    with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT model, input_tokens FROM usage_ledger").fetchall()
+        runs = db.execute("SELECT model FROM runs").fetchall()
+    assert rows == [("channel-model", 10)]
+    assert runs == [("channel-model",)]
+
+
+# -- compaction -------------------------------------------------------------------------------
+
+
+def _long(text: str, tokens: int) -> str:
+    return (text + " ") * (tokens * 4 // (len(text) + 1))
+
+
+def _is_summary_request(request: ModelRequest) -> bool:
+    return request.system_prompt.startswith("You summarise")
+
+
+def _texts(messages: Sequence[Message]) -> list[str]:
+    return [m.text() if not isinstance(m, ToolResultMessage) else "(result)" for m in messages]
+
+
+async def test_a_compaction_covers_exactly_the_messages_before_those_kept(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    for turn in range(10):
+        await store.append_message(
+            conversation.id, UserMessage(content=_long(f"question {turn}", 400), author=ADA)
+        )
+        await store.append_message(
+            conversation.id, AssistantMessage(content=[Text(text=_long(f"answer {turn}", 50))])
+        )
+
+    def reply(request: ModelRequest) -> Reply:
+        if _is_summary_request(request):
+            return Reply(text="## Goal\nAnswer Ada.")
+        return Reply(text="answered", usage=Usage(input=1_000, output=10))
+
+    model = ScriptedModel(default=reply, info=info("small", window=4_000))
+    runner = make_runner(
+        store,
+        tmp_path,
+        lambda _id: model,
+        compaction=CompactionSettings(reserve_tokens=500, keep_recent_tokens=1_000),
+    )
+    await ask(runner, "question 10")
+    first_answer = model.requests[-1]
+    kept = _texts(first_answer.messages[1:])
+    assert "<conversation-summary>" in first_answer.messages[0].text()  # type: ignore[union-attr]
+
+    loaded = await store.load(conversation.id)
+    assert loaded.compaction is not None
+    everything = [s for s in loaded.messages]
+    # What was kept verbatim starts right after the compaction's last message...
+    assert _texts([s.message for s in everything])[: len(kept)] == kept
+    assert everything[0].seq == loaded.compaction.up_to_seq + 1
+    # ...and what was summarised is everything up to it: the older turns reached the summariser.
+    summarised = " ".join(
+        m.text()  # type: ignore[union-attr]
+        for r in model.requests
+        if _is_summary_request(r)
+        for m in r.messages
+    )
+    last_summarised = loaded.compaction.up_to_seq
+    assert last_summarised % 2 == 0  # a whole turn: ends with an answer
+    assert f"answer {last_summarised // 2 - 1}" in summarised
+    assert f"question {last_summarised // 2}" not in summarised
+
+    # The next run sends the same summary and the same kept messages, then what came since.
+    await ask(runner, "question 11")
+    second_answer = model.requests[-1]
+    assert _texts(second_answer.messages[1:])[: len(kept)] == kept
+    assert _texts(second_answer.messages[1:])[len(kept) :][-1].endswith("question 11")
+
+
+# -- recovery ---------------------------------------------------------------------------------
+
+
+async def test_recovery_answers_each_unfinished_call_as_interrupted_and_tells_the_thread(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    run = await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"name": "thread"}, owner={}
+    )
+    await store.append_message(conversation.id, UserMessage(content="do two things", author=ADA))
+    await store.append_message(
+        conversation.id,
+        AssistantMessage(
+            content=[
+                ToolCall(id="c1", name="note", arguments={"text": "a"}),
+                ToolCall(id="c2", name="wait", arguments={}),
+            ],
+            stop_reason="tool_use",
+        ),
+        run_id=run.id,
+    )
+    await store.append_message(
+        conversation.id,
+        ToolResultMessage(tool_call_id="c1", tool_name="note", content=[Text(text="noted a")]),
+        run_id=run.id,
+    )
+    surfaces = RecordingSurfaces()
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=surfaces)
+
+    [recovered] = await runner.recover()
+
+    assert recovered.id == run.id and recovered.outcome == "interrupted"
+    history = await stored(store)
+    synthetic = history[-1]
+    assert isinstance(synthetic, ToolResultMessage)
+    assert (synthetic.tool_call_id, synthetic.tool_name) == ("c2", "wait")
+    assert synthetic.is_error and synthetic.details == {"interrupted": True}
+    assert len([m for m in history if isinstance(m, ToolResultMessage)]) == 2
+    [(key, ref, surface)] = surfaces.made
+    assert key == KEY and ref == {"name": "thread"}
+    assert [n.text for n in surface.notices()] == [INTERRUPTED_NOTICE]
+    assert await runner.recover() == []  # recovered once

@@ -1,0 +1,245 @@
+"""What the agent loop promises its caller and its tools, beyond the happy paths: the reason a
+stop gives, the structured details of error results, the cancel signal tools see, the exact
+echo limit of invalid arguments, and that a bug in the run reaches the caller."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+from pydantic import BaseModel
+
+from core.events import AgentEnd, AgentEvent, MessageEnd, ToolExecutionStart
+from core.loop import ABORTED_TEXT, AgentContext, LoopConfig, RunControl, run_agent
+from core.messages import AssistantMessage, Text, ToolResultMessage, UserMessage
+from core.models.base import ModelInfo, Prices
+from core.models.scripted import Reply, ScriptedModel, call
+from core.tools import AgentTool, AnyTool, ToolContext, ToolError, ToolResult
+
+INFO = ModelInfo(
+    id="pinned-model-7",
+    provider="pinned-provider",
+    context_window=100_000,
+    max_output_tokens=4_096,
+    prices=Prices(input=1.0, output=2.0, cache_read=0.1, cache_write=1.0),
+    supports_thinking=False,
+)
+
+
+class WaitParams(BaseModel):
+    pass
+
+
+class WaitTool(AgentTool[WaitParams]):
+    """Waits until cancelled and notes what its context said about the cancellation."""
+
+    name = "wait"
+    label = "Wait"
+    description = "Waits until the run is stopped."
+    parameters = WaitParams
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.saw: list[tuple[bool, str | None]] = []
+
+    async def execute(self, call_id: str, params: WaitParams, ctx: ToolContext) -> ToolResult:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            # What a tool with cleanup to do (kill a child, delete a temp file) relies on.
+            self.saw.append((ctx.signal.cancelled, ctx.signal.reason))
+            raise
+        return ToolResult.text("never")
+
+
+class TextParams(BaseModel):
+    text: str
+
+
+class EchoTool(AgentTool[TextParams]):
+    name = "echo"
+    label = "Echo"
+    description = "Echoes its text."
+    parameters = TextParams
+
+    async def execute(self, call_id: str, params: TextParams, ctx: ToolContext) -> ToolResult:
+        if params.text == "fail":
+            raise ToolError("asked to fail", details={"asked": True})
+        return ToolResult.text(params.text, details={"length": len(params.text)})
+
+
+class SlowTool(AgentTool[WaitParams]):
+    name = "slow"
+    label = "Slow"
+    description = "Outlives its timeout."
+    parameters = WaitParams
+    timeout_s = 0.05
+
+    async def execute(self, call_id: str, params: WaitParams, ctx: ToolContext) -> ToolResult:
+        await asyncio.Event().wait()
+        return ToolResult.text("never")
+
+
+def context(*tools: AnyTool) -> AgentContext:
+    return AgentContext("You are a test.", [UserMessage(content="go")], list(tools))
+
+
+async def collect(events: AsyncIterator[AgentEvent]) -> list[AgentEvent]:
+    return [event async for event in events]
+
+
+def end_of(events: list[AgentEvent]) -> AgentEnd:
+    last = events[-1]
+    assert isinstance(last, AgentEnd)
+    return last
+
+
+def results_of(events: list[AgentEvent]) -> list[ToolResultMessage]:
+    return [
+        e.message
+        for e in events
+        if isinstance(e, MessageEnd) and isinstance(e.message, ToolResultMessage)
+    ]
+
+
+async def run_until_tool_starts_then_cancel(
+    tool: WaitTool, control: RunControl, reason: str | None, *calls: Any
+) -> list[AgentEvent]:
+    model = ScriptedModel([Reply(tool_calls=list(calls))], info=INFO)
+    events: list[AgentEvent] = []
+
+    async def consume() -> None:
+        async for event in run_agent(context(tool, EchoTool()), model, control=control):
+            events.append(event)
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.wait_for(tool.started.wait(), 5)
+    if reason is None:
+        control.cancel()
+    else:
+        control.cancel(reason)
+    await asyncio.wait_for(consumer, 5)
+    return events
+
+
+async def test_a_running_tool_sees_the_cancel_signal_and_the_reason() -> None:
+    tool = WaitTool()
+    control = RunControl()
+    await run_until_tool_starts_then_cancel(tool, control, "Stopped by Bob.", call("wait"))
+    assert tool.saw == [(True, "Stopped by Bob.")]
+
+
+async def test_the_stop_reason_is_what_the_run_ends_with_and_what_is_stored() -> None:
+    tool = WaitTool()
+    events = await run_until_tool_starts_then_cancel(
+        tool, RunControl(), "Stopped by Bob.", call("wait")
+    )
+    end = end_of(events)
+    assert end.reason == "aborted" and end.error_message == "Stopped by Bob."
+    aborted = end.messages[-1]
+    assert isinstance(aborted, AssistantMessage)
+    assert aborted.stop_reason == "aborted" and aborted.error_message == "Stopped by Bob."
+    # Made by the loop, yet attributed to the model the run used.
+    assert (aborted.model, aborted.provider) == ("pinned-model-7", "pinned-provider")
+
+
+async def test_a_stop_without_a_reason_says_it_was_on_request() -> None:
+    tool = WaitTool()
+    events = await run_until_tool_starts_then_cancel(tool, RunControl(), None, call("wait"))
+    assert end_of(events).error_message == ABORTED_TEXT == "Stopped on request."
+    assert tool.saw == [(True, "Stopped on request.")]
+
+
+async def test_calls_stopped_mid_run_are_marked_cancelled_and_finished_ones_keep_their_result() -> (
+    None
+):
+    tool = WaitTool()
+    events = await run_until_tool_starts_then_cancel(
+        tool, RunControl(), "stop", call("echo", {"text": "quick"}), call("wait")
+    )
+    quick, stopped = results_of(events)
+    assert not quick.is_error and quick.details == {"length": 5}
+    assert stopped.is_error and stopped.details == {"cancelled": True}
+    [text] = stopped.content
+    assert isinstance(text, Text) and "stopped before this tool finished" in text.text
+
+
+async def test_error_results_carry_structured_details_saying_why() -> None:
+    script = [
+        Reply(
+            tool_calls=[
+                call("nope"),
+                call("echo", {"wrong": 1}),
+                call("echo", {"text": "fail"}),
+                call("slow"),
+            ]
+        ),
+        Reply(text="understood"),
+    ]
+    events = await collect(run_agent(context(EchoTool(), SlowTool()), ScriptedModel(script)))
+    unknown, invalid, refused, timed_out = results_of(events)
+    assert all(r.is_error for r in (unknown, invalid, refused, timed_out))
+    assert unknown.details == {"reason": "unknown_tool"}
+    assert "Available tools: echo, slow." in unknown.text()
+    assert invalid.details == {"reason": "invalid_arguments"}
+    assert refused.details == {"asked": True} and refused.text() == "asked to fail"
+    assert timed_out.details == {"reason": "timeout", "timeout_s": 0.05}
+    assert "timed out after 0.05 s" in timed_out.text()
+    assert end_of(events).reason == "stop"
+
+
+async def test_calls_of_a_reply_cut_off_by_the_limit_are_refused_with_the_reason() -> None:
+    script = [
+        Reply(tool_calls=[call("echo", {"text": "x" * 50})], stop_reason="length"),
+        Reply(text="again, shorter"),
+    ]
+    events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
+    [refused] = results_of(events)
+    assert refused.is_error and refused.details == {"reason": "length"}
+    assert "output token limit" in refused.text()
+
+
+def echoed_arguments(result: ToolResultMessage) -> str:
+    [line] = [
+        line for line in result.text().splitlines() if line.startswith("Arguments received: ")
+    ]
+    return line.removeprefix("Arguments received: ")
+
+
+@pytest.mark.parametrize("size", [1_999, 2_000, 2_001, 5_000])
+async def test_invalid_arguments_are_echoed_up_to_two_thousand_characters(size: int) -> None:
+    # {"text": 1, "pad": "xxx…"} serialises to exactly `size` characters
+    arguments: dict[str, Any] = {"text": 1, "pad": ""}
+    arguments["pad"] = "x" * (size - len(json.dumps(arguments)))
+    serialised = json.dumps(arguments)
+    assert len(serialised) == size
+    script = [Reply(tool_calls=[call("echo", arguments)]), Reply(text="ok")]
+    events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
+    [result] = results_of(events)
+
+    echoed = echoed_arguments(result)
+    if size <= 2_000:
+        assert echoed == serialised
+    else:
+        assert echoed == serialised[:2_000] + "…"
+
+
+async def test_a_bug_in_the_run_reaches_the_caller_after_the_run_ends() -> None:
+    # A caller's mistake the loop cannot turn into an observation for the model.
+    config = LoopConfig(max_turns=cast(Any, "three"))
+    events: list[AgentEvent] = []
+    with pytest.raises(TypeError):
+        async for event in run_agent(context(), ScriptedModel([Reply(text="hi")]), config=config):
+            events.append(event)
+    assert [event.type for event in events] == ["agent_start", "agent_end"]
+
+
+async def test_tool_activity_is_announced_before_any_result_for_each_call() -> None:
+    script = [Reply(tool_calls=[call("echo", {"text": "a"}), call("nope")]), Reply(text="done")]
+    events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
+    starts = [e.tool_name for e in events if isinstance(e, ToolExecutionStart)]
+    assert starts == ["echo", "nope"]

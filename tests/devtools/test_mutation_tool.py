@@ -1,0 +1,87 @@
+"""scripts/mutation's own logic: which files, which mutants, how they are described, and the
+equivalents list. (Running mutants is exercised by running the script.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devtools.mutation import default_files, describe, generate, load_equivalents
+
+SOURCE = """\
+def clamp(value: int, low: int, high: int) -> int:
+    if value < low:
+        return low
+    if value > high:
+        return high
+    return value
+
+
+def label(count: int) -> str:
+    return "one" if count == 1 else f"{count} items"
+"""
+
+
+def test_the_default_set_is_whatever_exists_of_the_core_modules(tmp_path: Path) -> None:
+    for name in (
+        "core/loop.py",
+        "core/history.py",
+        "core/messages.py",
+        "storage/sqlite.py",
+        "storage/sqlite_rows.py",
+        "storage/migrations.py",
+        "bots/runner/__init__.py",
+        "bots/runner/budgets.py",
+    ):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert default_files(tmp_path) == [
+        "core/loop.py",
+        "core/history.py",
+        "bots/runner/budgets.py",
+        "storage/sqlite.py",
+        "storage/sqlite_rows.py",
+    ]
+
+
+def test_a_mutant_is_described_by_its_first_changed_line_and_the_change() -> None:
+    mutated = SOURCE.replace("if value > high:", "if value >= high:")
+    assert describe(SOURCE, mutated) == (4, "if value > high: ⟶ if value >= high:")
+    removed = SOURCE.replace("        return low\n", "")
+    assert describe(SOURCE, removed) == (3, "return low ⟶ (removed)")
+
+
+def test_mutants_are_whole_files_and_the_sample_is_reproducible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["m.py"]\n')
+    monkeypatch.chdir(tmp_path)  # mutmut's generator reads its settings from here
+    total, every = generate("m.py", SOURCE, max_count=1_000, seed=1)
+    assert total == len(every) > 5
+    assert any(m.mutation == "if value < low: ⟶ if value <= low:" and m.line == 2 for m in every)
+    for mutant in every:
+        assert mutant.code != SOURCE
+        assert describe(SOURCE, mutant.code) == (mutant.line, mutant.mutation)
+        compile(mutant.code, "m.py", "exec")
+
+    _, first = generate("m.py", SOURCE, max_count=4, seed=7)
+    _, again = generate("m.py", SOURCE, max_count=4, seed=7)
+    _, other = generate("m.py", SOURCE, max_count=4, seed=8)
+    assert len(first) == 4 and [m.index for m in first] == [m.index for m in again]
+    assert [m.index for m in first] == sorted(m.index for m in first)
+    assert {m.index for m in first} != {m.index for m in other}
+
+
+def test_equivalents_are_read_with_their_reason_and_bad_lines_refused(tmp_path: Path) -> None:
+    listing = tmp_path / "equivalents.txt"
+    listing.write_text(
+        "# comment\n\ncore/x.py:12: a = 1 ⟶ a = 2 — only a default; every caller passes its own\n"
+    )
+    assert load_equivalents(listing) == {
+        ("core/x.py", "a = 1 ⟶ a = 2"): "only a default; every caller passes its own"
+    }
+    assert load_equivalents(tmp_path / "missing.txt") == {}
+    listing.write_text("core/x.py:12: a = 1 ⟶ a = 2\n")
+    with pytest.raises(ValueError, match="expected"):
+        load_equivalents(listing)

@@ -1,0 +1,117 @@
+"""Store behaviour callers rely on, pinned through the public API: a store opened with
+`async with` is closed when the block ends; runs and usage rows carry the model; the usage
+window starts at its timestamp exactly; a finished run keeps its first outcome and totals."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from core.messages import Usage, UserMessage
+from storage.sqlite import SqliteStore
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+T0 = 1_800_000_000.0
+
+
+async def test_leaving_async_with_open_closes_the_store(tmp_path: Path) -> None:
+    async with SqliteStore.open(tmp_path / "a.db") as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        await store.append_message(conversation.id, UserMessage(content="kept"))
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.get_conversation("k")
+    # Closed cleanly: the data is there for the next opener.
+    async with SqliteStore.open(tmp_path / "a.db") as again:
+        found = await again.get_conversation("k")
+        assert found is not None
+        assert [s.message.text() for s in (await again.load(found.id)).messages] == ["kept"]
+
+
+async def test_leaving_async_with_an_opened_store_closes_it(tmp_path: Path) -> None:
+    opened = await SqliteStore.open(tmp_path / "b.db")
+    async with opened as store:
+        assert store is opened
+        await store.get_or_create_conversation("k", channel_key="c")
+    with pytest.raises(RuntimeError, match="closed"):
+        await opened.get_conversation("k")
+
+
+async def test_an_error_inside_async_with_still_closes_the_store(tmp_path: Path) -> None:
+    with pytest.raises(LookupError):
+        async with SqliteStore.open(tmp_path / "c.db") as store:
+            raise LookupError("a caller's failure")
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.get_conversation("k")
+
+
+async def test_runs_and_usage_rows_record_the_model(tmp_path: Path) -> None:
+    path = tmp_path / "d.db"
+    async with SqliteStore.open(path, clock=Clock(T0)) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="chan")
+        run = await store.start_run(conversation.id, user_id="U1", model="model-a")
+        assert run.model == "model-a" and run.channel_key == "chan" and run.user_id == "U1"
+        await store.record_usage(run.id, Usage(input=10, output=1, cost=0.5))  # the run's model
+        await store.record_usage(run.id, Usage(input=20, output=2, cost=0.25), model="model-b")
+        finished = await store.finish_run(run.id, "done")
+        assert finished.model == "model-a"
+        assert (finished.usage.input, finished.usage.output) == (30, 3)
+        assert finished.usage.cost == pytest.approx(0.75)
+        with pytest.raises(KeyError):
+            await store.record_usage(run.id + 100, Usage(input=1))
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute(
+            "SELECT model, input_tokens, user_id, channel_key FROM usage_ledger ORDER BY id"
+        ).fetchall()
+    assert rows == [("model-a", 10, "U1", "chan"), ("model-b", 20, "U1", "chan")]
+
+
+async def test_usage_since_starts_at_its_timestamp_exactly(tmp_path: Path) -> None:
+    clock = Clock(T0)
+    async with SqliteStore.open(tmp_path / "e.db", clock=clock) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="chan")
+        run = await store.start_run(conversation.id, user_id="U1", model="m")
+        for at, cost in ((T0 - 1, 1.0), (T0, 2.0), (T0 + 1, 4.0)):
+            clock.now = at
+            await store.record_usage(run.id, Usage(input=1, cost=cost))
+        assert (await store.usage_since(T0)).cost == pytest.approx(6.0)
+        assert (await store.usage_since(T0 + 0.5)).cost == pytest.approx(4.0)
+        assert (await store.usage_since(T0 - 1)).cost == pytest.approx(7.0)
+        assert (await store.usage_since(T0 + 2)).cost == 0.0
+        narrowed = await store.usage_since(T0, conversation_id=conversation.id, user_id="U1")
+        assert narrowed.input == 2
+        assert (await store.usage_since(T0, user_id="U2")).input == 0
+
+
+async def test_a_finished_run_keeps_its_first_outcome_error_and_time(tmp_path: Path) -> None:
+    clock = Clock(T0)
+    async with SqliteStore.open(tmp_path / "f.db", clock=clock) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="chan")
+        run = await store.start_run(conversation.id, model="m")
+        assert (run.outcome, run.started_at, run.finished_at) == ("running", T0, None)
+        clock.now = T0 + 5
+        first = await store.finish_run(run.id, "aborted", error="Stopped by Bob.")
+        assert (first.outcome, first.error, first.finished_at) == (
+            "aborted",
+            "Stopped by Bob.",
+            T0 + 5,
+        )
+        clock.now = T0 + 9
+        late = await store.finish_run(run.id, "done")
+        assert (late.outcome, late.error, late.finished_at) == (
+            "aborted",
+            "Stopped by Bob.",
+            T0 + 5,
+        )
+        assert await store.running_runs() == []
+        with pytest.raises(ValueError):
+            await store.finish_run(run.id, "running")
