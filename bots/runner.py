@@ -47,6 +47,7 @@ from core.messages import (
 from core.models.base import Model
 from core.tools import AnyTool
 from storage.base import (
+    Accepted,
     Conversation,
     ConversationStore,
     InboxItem,
@@ -195,19 +196,38 @@ class ConversationRunner:
             return "refused"
         message = await user_message(incoming, self._workspaces.path(incoming.channel_key))
         backfill = [backfill_message(incoming.backfill)] if incoming.backfill else []
-        accepted = await self.store.accept_delivery(
-            key,
-            message,
-            channel_key=incoming.channel_key,
-            delivery_id=incoming.delivery_id,
-            backfill=backfill,
-            title=incoming.title,
-            surface_ref=surface.ref,
+        accepting = asyncio.ensure_future(
+            self.store.accept_delivery(
+                key,
+                message,
+                channel_key=incoming.channel_key,
+                delivery_id=incoming.delivery_id,
+                backfill=backfill,
+                title=incoming.title,
+                surface_ref=surface.ref,
+            )
         )
+        try:
+            accepted = await asyncio.shield(accepting)
+        except asyncio.CancelledError:
+            # The caller gave up, but the store may still commit: a message it accepted is
+            # queued all the same (a platform's retry of it is then a duplicate).
+            accepting.add_done_callback(lambda done: self._accepted_late(done, surface))
+            raise
         if accepted is None:
             log.info("duplicate delivery %s dropped", incoming.delivery_id)
             return "duplicate"
-        # No await from here on: joining a driver, or starting one, is one step.
+        return self._enqueue(accepted, surface)
+
+    def _accepted_late(self, done: asyncio.Future[Accepted | None], surface: Surface) -> None:
+        if not done.cancelled() and done.exception() is None:
+            accepted = done.result()
+            if accepted is not None:
+                self._enqueue(accepted, surface)
+
+    def _enqueue(self, accepted: Accepted, surface: Surface) -> SubmitResult:
+        """Join the conversation's driver, or start one: one step, with no await in it."""
+        key = accepted.conversation.key
         feed = self._feed(key, surface)
         queued = _Queued(accepted.item, feed)
         state = self._active.get(key)
@@ -219,7 +239,7 @@ class ConversationRunner:
         state.inbox[accepted.item.id] = queued
         if state.run is not None:
             state.run.steer(queued)
-        feed.put(Notice(QUEUED_TEXT, "info", audience=incoming.author))
+        feed.put(Notice(QUEUED_TEXT, "info", audience=queued.author))
         return "steered"
 
     def is_running(self, conversation_key: str) -> bool:
@@ -344,20 +364,21 @@ class ConversationRunner:
             if conversation.key in self._active:
                 continue
             log.info("answering messages left in %s's inbox", conversation.key)
-            self._start_driver(_Conversation(conversation))
+            self._start_driver(_Conversation(conversation), adopt=True)
         return recovered
 
     # -- one conversation's driver ---------------------------------------------------------
 
-    def _start_driver(self, state: _Conversation) -> None:
+    def _start_driver(self, state: _Conversation, *, adopt: bool = False) -> None:
         key = state.conversation.key
         self._active[key] = state
-        state.task = asyncio.create_task(self._drive(state), name=f"conversation:{key}")
+        state.task = asyncio.create_task(self._drive(state, adopt), name=f"conversation:{key}")
 
-    async def _drive(self, state: _Conversation) -> None:
+    async def _drive(self, state: _Conversation, adopt: bool) -> None:
         key = state.conversation.key
         try:
-            await self._adopt_pending(state)
+            if adopt:
+                await self._adopt_pending(state)
             while True:
                 if state.dropping:
                     await self._drop(state, None)
@@ -375,7 +396,7 @@ class ConversationRunner:
 
     async def _adopt_pending(self, state: _Conversation) -> None:
         """Take in messages the store holds but this process does not know (accepted before a
-        crash, or by a submit cancelled after the store committed)."""
+        crash): at start-up, from `recover()`."""
         pending = await self.store.pending(state.conversation.id)
         known = set(state.inbox) | {queued.item.id for queued in state.dropping}
         missing = [item for item in pending if item.id not in known]

@@ -338,3 +338,21 @@ async def test_compaction_never_separates_a_tool_call_from_its_result(
     assert any("RESULT-MARKER" in text for text in seen)
     answer = next(r for r in reversed(model.requests) if not _is_summary(r))
     assert repair_history(answer.messages) == answer.messages  # nothing left dangling
+
+
+async def test_a_submit_cancelled_while_its_message_is_stored_still_gets_it_answered(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """E, the other half: the adapter's task is cancelled while the store commits."""
+    model = ScriptedModel([Reply(text="answered")])
+    runner = make_runner(store, tmp_path, model)
+    event = incoming("hello", delivery="Ev-cancelled")
+    submitting = asyncio.create_task(runner.submit(event, RecordingSurface()))
+    await asyncio.sleep(0)  # the submit is now waiting for the store
+    submitting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await submitting
+    await runner.submit(event, RecordingSurface())  # the platform's retry
+    await runner.wait_all()
+    assert user_lines(await history(store)) == ["hello"]
+    assert roles(await history(store)) == ["user", "assistant"]
