@@ -1,8 +1,8 @@
 """Compaction: summarise older turns before a conversation overflows the model's context.
 
-Owns: token estimates, the decision to compact, where to cut (never between a tool call and
-its result), and asking the model for a structured summary. The runner stores the result, so a
-long thread is summarised once, not on every turn.
+Owns: token estimates, the decision to compact, where to cut (never inside a tool batch, so a
+call and its result stay together), and asking the model for a structured summary. The runner
+stores the result, so a long thread is summarised once, not on every turn.
 
 The size of a context is measured the way the provider counts it where possible: the usage of
 the last assistant reply (everything the model was sent plus what it wrote), plus an estimate of
@@ -117,20 +117,38 @@ class Cut:
 
 
 def find_cut(messages: list[StoredMessage], keep_recent_tokens: int) -> Cut | None:
-    """Where to split: the latest user message (a turn boundary, so no tool call is separated
-    from its result) with at least `keep_recent_tokens` after it. None if nothing would be
-    left to summarise."""
+    """Where to split: the latest user message with at least `keep_recent_tokens` after it
+    that is not inside a tool batch (between an assistant's tool calls and the last of their
+    results), so no call is ever separated from its result. Conversations stored before
+    history kept delivery order can hold a user message inside a batch. None if nothing would
+    be left to summarise."""
+    safe = _safe_cuts(messages)
     kept = 0
     cut: int | None = None
     for index in range(len(messages) - 1, 0, -1):
         kept += estimate_tokens(messages[index].message)
-        if isinstance(messages[index].message, UserMessage):
+        if safe[index]:
             cut = index
             if kept >= keep_recent_tokens:
                 break
     if cut is None:
         return None
     return Cut(older=messages[:cut], recent=messages[cut:])
+
+
+def _safe_cuts(messages: list[StoredMessage]) -> list[bool]:
+    """For each index: is it a user message with no tool call before it still unanswered?
+    An assistant message closes any batch before it (its calls are then interrupted)."""
+    safe: list[bool] = []
+    open_calls: set[str] = set()
+    for stored in messages:
+        message = stored.message
+        if isinstance(message, AssistantMessage):
+            open_calls = {call.id for call in message.tool_calls()}
+        elif isinstance(message, ToolResultMessage):
+            open_calls.discard(message.tool_call_id)
+        safe.append(isinstance(message, UserMessage) and not open_calls)
+    return safe
 
 
 def transcript_lines(messages: list[Message]) -> list[str]:

@@ -1,7 +1,8 @@
 """What the model is told: the system prompt and the header of each user message.
 
 Owns: the base system prompt, its composition with a platform's formatting rules and a channel's
-additions, and the user-message header that carries volatile facts (who is speaking, when).
+additions, the user-message header that carries volatile facts (who is speaking, when), and the
+backfill message (a thread's earlier messages, when Teammate is first mentioned in it).
 
 The system prompt must be byte-identical from turn to turn so the prompt cache holds: it is a
 pure function of (platform rules, channel additions, tool names), with no time, no user and no
@@ -13,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from core.messages import Author
+from bots.incoming import BackfillMessage
+from core.messages import Author, UserMessage
 from core.tools import AnyTool
 
 BASE_PROMPT = """\
@@ -73,3 +75,18 @@ def summary_text(summary: str) -> str:
         f"{SUMMARY_OPEN}\nThe earlier part of this conversation was summarised to save space:\n"
         f"{summary.strip()}\n{SUMMARY_CLOSE}"
     )
+
+
+BACKFILL_INTRO = "Earlier messages in this thread, before you were mentioned:"
+
+
+def backfill_message(earlier: Sequence[BackfillMessage]) -> UserMessage:
+    """A thread's earlier messages as one attributed user message (Teammate's own replies
+    quoted as "you (Teammate)")."""
+    lines = [BACKFILL_INTRO]
+    for message in earlier:
+        author = message.author
+        if message.from_assistant:
+            author = Author(id=author.id, name="you (Teammate)")
+        lines.append(f"{user_header(author, message.timestamp)}\n{message.text}")
+    return UserMessage(content="\n\n".join(lines), timestamp=earlier[0].timestamp)

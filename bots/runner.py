@@ -1,45 +1,45 @@
-"""The conversation runner every adapter shares (DESIGN.md §2, §5).
+"""The conversation runner every adapter shares (docs/architecture.md, "The runner").
 
-Owns: turning an `Incoming` into a persisted, attributed, serialised agent run whose events
-reach a `Surface`. Concretely: durable de-duplication by delivery id; the user message committed
-before anything else; one run per conversation (later messages steered into it), any number of
-conversations at once; every completed message persisted as it ends; runs recorded with outcome,
-usage and cost; budgets; compaction; crash recovery at start-up; stop.
+Owns: run orchestration. `submit` accepts a message into its conversation's inbox (one store
+transaction: de-duplication, backfill, the message); one driver task per conversation drains
+that inbox, run after run, and leaves only when the inbox is empty, in the same step as it
+leaves the active map (no await between the check and the removal), so no message can slip in
+between. A message that arrives while a run works is steered into it; it enters history when
+the loop delivers it (`store.deliver`), so history is exactly what the model saw. Also: run
+records with outcome and usage, compaction and the overflow retry, run-scoped stop, crash
+recovery at start-up, and each surface fed through its own queue (`bots.surface_feed`).
 
-Must not: see platform payloads (adapters build `Incoming`), or write SQL (the store does).
+Must not: see platform payloads (adapters build `Incoming`), write SQL (the store does), or
+render anything (surfaces do).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import logging
-import os
-import re
-import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from bots import compaction
+from bots.access import access_refusal
+from bots.attachments import files_out, user_message
+from bots.budgets import budget_refusal
 from bots.errors import describe_model_error, new_reference, unexpected_failure_text
-from bots.incoming import Attachment, Incoming
-from bots.prompt import attributed_text, summary_text, system_prompt, user_header
+from bots.incoming import Incoming
+from bots.prompt import backfill_message, summary_text, system_prompt
+from bots.recovery import INTERRUPTED_TEXT, OWNER, owner_alive
 from bots.settings import Settings
 from bots.surface import Notice, RunFinished, RunStarted, Surface, SurfaceEvent, SurfaceFactory
-from core.events import AgentEnd, MessageEnd
+from bots.surface_feed import SurfaceFeed
+from bots.workspaces import Workspaces
+from core.events import AgentEnd, MessageEnd, ToolExecutionEnd
 from core.history import interrupted_result, unanswered_tool_calls
 from core.loop import AgentContext, LoopConfig, RunControl, run_agent
 from core.messages import (
     AssistantMessage,
     Author,
-    Image,
     Message,
-    Text,
     ToolResultMessage,
     Usage,
     UserMessage,
@@ -47,8 +47,10 @@ from core.messages import (
 from core.models.base import Model
 from core.tools import AnyTool
 from storage.base import (
+    Accepted,
     Conversation,
     ConversationStore,
+    InboxItem,
     LoadedConversation,
     RunOutcome,
     RunRecord,
@@ -57,31 +59,97 @@ from storage.base import (
 log = logging.getLogger(__name__)
 
 SubmitResult: TypeAlias = Literal["started", "steered", "duplicate", "refused"]
+StopResult: TypeAlias = Literal["stopped", "stale", "idle"]
 
-INTERRUPTED_NOTICE = (
-    "My previous answer here was interrupted because Teammate restarted. "
-    "Ask again if you still need it."
-)
 DELIVERY_MEMORY_S = 7 * 24 * 3600
-IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-MAX_INLINE_IMAGE_BYTES = 5 * 1024 * 1024
+QUEUED_TEXT = "Got it. I'm still working on an earlier message here; I'll read this one next."
+DELIVERED_TEXT = "I've read this and I'm taking it into account."
+STALE_STOP_TEXT = "That answer has already finished; nothing was stopped."
+QUOTE_CHARS = 60
 
 
-@dataclass(slots=True)
-class _Active:
-    """A conversation with a run in progress (or about to start)."""
+class _Queued:
+    """An accepted message waiting in a conversation's inbox, with its sender's surface."""
 
-    conversation: Conversation
-    author: Author
-    surface: Surface
-    control: RunControl = field(default_factory=RunControl)
-    # Messages committed while the run was still loading history; steered in once it knows
-    # where the loaded history ends (so no message is delivered twice or lost).
-    early: list[tuple[int, Message]] = field(default_factory=list)
-    loaded_seq: int | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    run_id: int | None = None  # the run being recorded, once started
+    __slots__ = ("feed", "item")
+
+    def __init__(self, item: InboxItem, feed: SurfaceFeed | None) -> None:
+        self.item = item
+        self.feed = feed
+
+    @property
+    def author(self) -> Author | None:
+        message = self.item.message
+        return message.author if isinstance(message, UserMessage) else None
+
+    def quote(self) -> str:
+        said = self.item.message.text().split("\n", 1)[-1].strip()
+        said = " ".join(said.split())
+        if len(said) > QUOTE_CHARS:
+            said = said[: QUOTE_CHARS - 1] + "…"
+        who = f"{self.author.name}: " if self.author else ""
+        return f"{who}“{said}”"
+
+
+class _Run:
+    """The run a driver is working on: its record, surface and loop control."""
+
+    def __init__(self, feed: SurfaceFeed) -> None:
+        self.id: int | None = None
+        self.feed = feed
+        self.control = RunControl()
+        self.stop_reason: str | None = None
+        self.accepting = False  # the loop is running and takes steering
+        # Steered messages by identity: the loop's message_end names the very object.
+        self.steered: dict[int, _Queued] = {}
+
+    def new_control(self) -> RunControl:
+        """A fresh control for an attempt (a retry never inherits the last one's steering)."""
+        self.control = RunControl()
+        self.steered = {}
+        if self.stop_reason is not None:
+            self.control.cancel(self.stop_reason)
+        return self.control
+
+    def steer(self, queued: _Queued) -> None:
+        if self.accepting:
+            self.steered[id(queued.item.message)] = queued
+            self.control.steer(queued.item.message)
+
+    def cancel(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.control.cancel(reason)
+
+
+class _Conversation:
+    """A conversation with a driver: its inbox (arrival order) and its current run."""
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.inbox: dict[int, _Queued] = {}
+        self.dropping: list[_Queued] = []  # stopped: to be dropped and told
+        self.drop_reason = ""
+        self.run: _Run | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.done = asyncio.Event()
+
+
+class _Unseen:
+    """Where a run goes whose sender can no longer be shown anything (after a restart)."""
+
+    def __init__(self, ref: dict[str, Any]) -> None:
+        self._ref = ref
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return self._ref
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
 
 class ConversationRunner:
@@ -106,73 +174,141 @@ class ConversationRunner:
         self._surfaces = surfaces
         self._clock = clock
         self._models: dict[str, Model] = {}
-        self._active: dict[str, _Active] = {}
-        self._workspaces: dict[str, Path] = {}
+        self._active: dict[str, _Conversation] = {}
+        self._feeds: dict[str, set[SurfaceFeed]] = {}  # still showing, per conversation
+        self._workspaces = Workspaces(settings.workspaces_dir)
+        self._closing = False
 
     # -- the public face -------------------------------------------------------------------
 
     async def submit(self, incoming: Incoming, surface: Surface) -> SubmitResult:
-        """Accept a message: stored at once; answered by a new run, or steered into the
-        conversation's running one. A repeated delivery is dropped; a person or channel not on
-        the allow-lists is told so and nothing is stored."""
-        if not await self.store.claim_delivery(incoming.delivery_id):
-            log.info("duplicate delivery %s dropped", incoming.delivery_id)
-            return "duplicate"
-        refusal = self._access_refusal(incoming)
+        """Accept a message: stored in the conversation's inbox at once, then answered by a
+        new run or steered into the running one. A repeated delivery is dropped; a person or
+        channel not on the allow-lists is told so and nothing is stored."""
+        key = incoming.conversation_key
+        refusal = access_refusal(self.settings, incoming)
         if refusal is not None:
             log.info("refused %s in %s: %s", incoming.author.id, incoming.channel_key, refusal)
-            await self._emit(surface, Notice(refusal, "warning"))
-            await self._close_surface(surface)
+            feed = self._feed(key, surface)
+            feed.put(Notice(refusal, "warning", audience=incoming.author))
+            feed.close()
+            await feed.wait()  # nothing was stored, so nothing waits on this surface
             return "refused"
-        conversation = await self.store.get_or_create_conversation(
-            incoming.conversation_key, channel_key=incoming.channel_key, title=incoming.title
+        message = await user_message(incoming, self._workspaces.path(incoming.channel_key))
+        backfill = [backfill_message(incoming.backfill)] if incoming.backfill else []
+        accepting = asyncio.ensure_future(
+            self.store.accept_delivery(
+                key,
+                message,
+                channel_key=incoming.channel_key,
+                delivery_id=incoming.delivery_id,
+                backfill=backfill,
+                title=incoming.title,
+                surface_ref=surface.ref,
+            )
         )
-        if incoming.backfill and await self.store.message_count(conversation.id) == 0:
-            await self.store.append_message(conversation.id, self._backfill_message(incoming))
-        message = await self._user_message(incoming)
-        stored = await self.store.append_message(conversation.id, message)
+        try:
+            accepted = await asyncio.shield(accepting)
+        except asyncio.CancelledError:
+            # The caller gave up, but the store may still commit: a message it accepted is
+            # queued all the same (a platform's retry of it is then a duplicate).
+            accepting.add_done_callback(lambda done: self._accepted_late(done, surface))
+            raise
+        if accepted is None:
+            log.info("duplicate delivery %s dropped", incoming.delivery_id)
+            return "duplicate"
+        return self._enqueue(accepted, surface)
 
-        active = self._active.get(incoming.conversation_key)
-        if active is not None:
-            if active.loaded_seq is None:
-                active.early.append((stored.seq, message))
-            elif stored.seq > active.loaded_seq:
-                active.control.steer(message)
-            return "steered"
-        active = _Active(conversation=conversation, author=incoming.author, surface=surface)
-        self._active[incoming.conversation_key] = active
-        active.task = asyncio.create_task(
-            self._drive(active), name=f"conversation:{incoming.conversation_key}"
-        )
-        return "started"
+    def _accepted_late(self, done: asyncio.Future[Accepted | None], surface: Surface) -> None:
+        if not done.cancelled() and done.exception() is None:
+            accepted = done.result()
+            if accepted is not None:
+                self._enqueue(accepted, surface)
+
+    def _enqueue(self, accepted: Accepted, surface: Surface) -> SubmitResult:
+        """Join the conversation's driver, or start one: one step, with no await in it."""
+        key = accepted.conversation.key
+        feed = self._feed(key, surface)
+        queued = _Queued(accepted.item, feed)
+        state = self._active.get(key)
+        if state is None:
+            state = _Conversation(accepted.conversation)
+            state.inbox[accepted.item.id] = queued
+            self._start_driver(state)
+            return "started"
+        state.inbox[accepted.item.id] = queued
+        if state.run is not None:
+            state.run.steer(queued)
+        feed.put(Notice(QUEUED_TEXT, "info", audience=queued.author))
+        return "steered"
 
     def is_running(self, conversation_key: str) -> bool:
         return conversation_key in self._active
 
-    def stop(self, conversation_key: str, by: Author | None = None) -> bool:
-        """Cancel the conversation's run. True if there was one."""
-        active = self._active.get(conversation_key)
-        if active is None:
-            return False
-        who = f" by {by.name}" if by else ""
-        active.control.cancel(f"Stopped{who}.")
-        return True
+    def current_run(self, conversation_key: str) -> int | None:
+        """The id of the conversation's run in progress (for a Stop button), or None."""
+        state = self._active.get(conversation_key)
+        return state.run.id if state is not None and state.run is not None else None
+
+    def stop(
+        self, conversation_key: str, run_id: int | None = None, *, by: Author | None = None
+    ) -> StopResult:
+        """Stop a conversation's work.
+
+        With `run_id` (a Stop button on that run): stop that run if it is still the current
+        one; messages queued behind it are answered by a follow-up run. A stale id stops
+        nothing and returns "stale" (tell the person `STALE_STOP_TEXT`).
+        Without: stop the current run and drop every message queued behind it; a notice
+        names the messages that will not be answered. "idle" if there was nothing to stop.
+        """
+        state = self._active.get(conversation_key)
+        reason = f"Stopped by {by.name}." if by is not None else "Stopped on request."
+        if run_id is not None:
+            if state is None or state.run is None or state.run.id != run_id:
+                log.info("stale stop for run %s in %s ignored", run_id, conversation_key)
+                return "stale"
+            state.run.cancel(reason)
+            return "stopped"
+        if state is None or (state.run is None and not state.inbox):
+            return "idle"
+        if state.run is not None:
+            state.run.cancel(reason)
+        if state.inbox:
+            state.dropping.extend(state.inbox.values())
+            state.inbox.clear()
+            state.drop_reason = reason
+        return "stopped"
 
     async def wait(self, conversation_key: str) -> None:
-        """Return once the conversation has no run in progress."""
-        active = self._active.get(conversation_key)
-        if active is not None:
-            await active.done.wait()
+        """Return once the conversation has no run in progress and its surfaces are shown."""
+        while True:
+            state = self._active.get(conversation_key)
+            if state is not None:
+                await state.done.wait()
+                continue
+            feeds = [f.task for f in self._feeds.get(conversation_key, ()) if not f.task.done()]
+            if not feeds:
+                return
+            await asyncio.wait(feeds)
 
     async def wait_all(self) -> None:
-        while self._active:
-            await next(iter(self._active.values())).done.wait()
+        while True:
+            busy = set(self._active)
+            busy |= {k for k, feeds in self._feeds.items() if any(not f.task.done() for f in feeds)}
+            if not busy:
+                return
+            for key in busy:
+                await self.wait(key)
 
     async def close(self, timeout_s: float = 10.0) -> None:
-        """Stop every run and wait (bounded) for them to record their outcome."""
-        for active in list(self._active.values()):
-            active.control.cancel("Teammate is shutting down.")
-        tasks = [a.task for a in self._active.values() if a.task is not None]
+        """Stop every run and wait (bounded) for them to record their outcome. Messages still
+        queued stay in the store's inbox; `recover()` answers them after the restart."""
+        self._closing = True
+        for state in list(self._active.values()):
+            if state.run is not None:
+                state.run.cancel("Teammate is shutting down.")
+        tasks = [s.task for s in self._active.values() if s.task is not None]
+        tasks += [f.task for feeds in self._feeds.values() for f in feeds]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout_s)
 
@@ -194,14 +330,17 @@ class ConversationRunner:
         return await self.store.usage_since(since, conversation_id=conversation.id)
 
     async def recover(self) -> list[RunRecord]:
-        """Close runs a crash interrupted: make their history replayable for good and tell
-        their conversations. Returns the runs recovered."""
+        """After a restart: close runs a crash interrupted (history made replayable for
+        good, and a `RunFinished` shown where each run was shown), then answer messages that
+        were accepted but never delivered. Returns the runs recovered."""
         recovered: list[RunRecord] = []
         # Platforms retry a delivery for minutes, not days; a week of ids is plenty.
         await self.store.prune_deliveries(DELIVERY_MEMORY_S)
+        busy: set[int] = set()  # conversations another live process is running
         for run in await self.store.running_runs():
-            if run.conversation_key in self._active or _owner_alive(run.owner):
-                continue  # still running here, or in another live process on this database
+            if run.conversation_key in self._active or owner_alive(run.owner):
+                busy.add(run.conversation_id)
+                continue
             loaded = await self.store.load(run.conversation_id)
             messages = [stored.message for stored in loaded.messages]
             for call_id, name in unanswered_tool_calls(messages):
@@ -212,108 +351,150 @@ class ConversationRunner:
                 run.id, "interrupted", error="interrupted by a restart"
             )
             recovered.append(record)
-            surface = (
-                self._surfaces.for_ref(run.conversation_key, run.surface_ref)
-                if self._surfaces
-                else None
-            )
+            surface = self._surface_for(run.conversation_key, run.surface_ref)
             if surface is not None:
-                await self._emit(surface, Notice(INTERRUPTED_NOTICE, "warning"))
-                await self._close_surface(surface)
+                feed = self._feed(run.conversation_key, surface, run_id=run.id)
+                feed.put(self._finished(record, "", INTERRUPTED_TEXT))
+                feed.close()
             log.warning("run %s in %s was interrupted; repaired", run.id, run.conversation_key)
+        for conversation_id in await self.store.pending_conversations():
+            if conversation_id in busy:
+                continue
+            conversation = (await self.store.load(conversation_id)).conversation
+            if conversation.key in self._active:
+                continue
+            log.info("answering messages left in %s's inbox", conversation.key)
+            self._start_driver(_Conversation(conversation), adopt=True)
         return recovered
 
-    # -- one conversation ------------------------------------------------------------------
+    # -- one conversation's driver ---------------------------------------------------------
 
-    async def _drive(self, active: _Active) -> None:
-        key = active.conversation.key
+    def _start_driver(self, state: _Conversation, *, adopt: bool = False) -> None:
+        key = state.conversation.key
+        self._active[key] = state
+        state.task = asyncio.create_task(self._drive(state, adopt), name=f"conversation:{key}")
+
+    async def _drive(self, state: _Conversation, adopt: bool) -> None:
+        key = state.conversation.key
         try:
+            if adopt:
+                await self._adopt_pending(state)
             while True:
-                outcome = await self._guarded_run(active)
-                leftover = active.control.take_pending()
-                if outcome == "aborted" and leftover:
-                    await self._emit(active.surface, Notice(_unanswered(len(leftover))))
-                if outcome == "aborted" or not (leftover or active.early):
+                if state.dropping:
+                    await self._drop(state, None)
+                    continue
+                if not state.inbox or self._closing:
+                    # Nothing awaits between this check and leaving the map: a message
+                    # accepted from now on starts a new driver.
+                    del self._active[key]
                     break
-                # Messages that came too late for that run: answer them in a new one.
-                active.control = RunControl()
-                active.loaded_seq = None
-                authors = [m.author for m in leftover if isinstance(m, UserMessage) and m.author]
-                if authors:
-                    active.author = authors[-1]
+                await self._guarded_run(state, list(state.inbox.values()))
         finally:
-            await self._close_surface(active.surface)
-            del self._active[key]
-            active.done.set()
+            if self._active.get(key) is state:
+                del self._active[key]
+            state.done.set()
 
-    async def _guarded_run(self, active: _Active) -> RunOutcome:
-        active.run_id = None
+    async def _adopt_pending(self, state: _Conversation) -> None:
+        """Take in messages the store holds but this process does not know (accepted before a
+        crash): at start-up, from `recover()`."""
+        pending = await self.store.pending(state.conversation.id)
+        known = set(state.inbox) | {queued.item.id for queued in state.dropping}
+        missing = [item for item in pending if item.id not in known]
+        if not missing:
+            return
+        merged = {item.id: _Queued(item, None) for item in missing} | state.inbox
+        state.inbox = dict(sorted(merged.items()))
+        for queued in state.inbox.values():  # the first's surface shows the follow-up run
+            if queued.feed is None:
+                surface = self._surface_for(state.conversation.key, queued.item.surface_ref)
+                if surface is not None:
+                    queued.feed = self._feed(state.conversation.key, surface)
+
+    async def _guarded_run(self, state: _Conversation, batch: list[_Queued]) -> None:
+        lead = batch[0]
+        key = state.conversation.key
+        feed = lead.feed or self._feed(key, _Unseen(lead.item.surface_ref))
+        run = _Run(feed)
+        state.run = run
         try:
-            return await self._run(active)
+            await self._run(state, run, batch)
         except Exception:
             reference = new_reference()
-            log.exception("run in %s failed (reference %s)", active.conversation.key, reference)
+            log.exception("run in %s failed (reference %s)", key, reference)
             usage = Usage()
-            if active.run_id is not None:
+            if run.id is not None:
                 try:
                     record = await self.store.finish_run(
-                        active.run_id, "error", error=f"unexpected failure {reference}"
+                        run.id, "error", error=f"unexpected failure {reference}"
                     )
                     usage = record.usage
                 except Exception:
-                    log.exception("could not record the failed run %s", active.run_id)
+                    log.exception("could not record the failed run %s", run.id)
             finished = RunFinished(
-                conversation_key=active.conversation.key,
-                run_id=active.run_id or 0,
+                conversation_key=key,
+                run_id=run.id or 0,
                 outcome="error",
                 usage=usage,
                 final_text="",
                 error_text=unexpected_failure_text(reference),
                 reference=reference,
             )
-            await self._emit(active.surface, finished)
-            return "error"
+            run.feed.put(finished)
+        finally:
+            state.run = None
+            run.feed.close()
 
-    async def _run(self, active: _Active) -> RunOutcome:
-        conversation = active.conversation
-        surface = active.surface
-        refusal = await self._budget_refusal(conversation, active.author)
+    async def _run(self, state: _Conversation, run: _Run, batch: list[_Queued]) -> None:
+        conversation = state.conversation
+        for queued in batch:  # this run's own messages: never steered, never dropped
+            state.inbox.pop(queued.item.id, None)
+        author = batch[0].author
         model = self._model(conversation.channel_key)
-        run = await self.store.start_run(
+        record = await self.store.start_run(
             conversation.id,
-            user_id=active.author.id,
+            user_id=author.id if author else None,
             channel_key=conversation.channel_key,
             model=model.info.id,
-            surface_ref=surface.ref,
-            owner=_OWNER,
+            surface_ref=run.feed.ref,
+            owner=OWNER,
         )
-        active.run_id = run.id
-        await self._emit(surface, RunStarted(conversation.key, run.id, active.author))
+        run.id = record.id
+        run.feed.put(RunStarted(conversation.key, run.id, author))
+        await self.store.deliver(conversation.id, [q.item.id for q in batch], run_id=run.id)
+        for queued in batch[1:]:
+            self._acknowledge(queued, DELIVERED_TEXT)
+
+        refusal = await budget_refusal(
+            self.store, self.settings.budgets, conversation, author, self._clock()
+        )
         if refusal is not None:
-            active.loaded_seq = (await self.store.load(conversation.id)).last_seq
-            active.early.clear()
             record = await self.store.finish_run(run.id, "error", error=refusal)
-            await self._emit(surface, self._finished(record, "", refusal))
-            return "error"
+            run.feed.put(self._finished(record, "", refusal))
+            return
 
         loaded = await self.store.load(conversation.id)
-        self._mark_loaded(active, loaded.last_seq)
         tools = list(self._toolset_factory(conversation.channel_key))
         prompt = self._system_prompt(conversation.channel_key, tools)
-        loaded = await self._compact_if_needed(conversation, loaded, model, surface, force=False)
-        workspace = self._workspace(conversation.channel_key)
+        loaded = await self._compact_if_needed(conversation, loaded, model, run.feed, force=False)
         config = LoopConfig(
             max_turns=self.settings.max_turns,
             max_tokens=self.settings.max_output_tokens,
-            workspace=workspace,
-            caller=active.author,
+            workspace=self._workspaces.path(conversation.channel_key),
+            caller=author,
             conversation_key=conversation.key,
         )
 
         overflow_retried = False
         while True:
+            control = run.new_control()
+            run.accepting = True
+            for queued in state.inbox.values():
+                run.steer(queued)
             context = AgentContext(prompt, self._context_messages(loaded), tools)
-            end = await self._stream_run(context, model, active, run.id, config)
+            try:
+                end = await self._stream_run(context, model, state, run, control, config)
+            finally:
+                run.accepting = False
             last = _last_assistant(end.messages)
             overflowed = (
                 end.reason == "error" and last is not None and last.error_kind == "context_overflow"
@@ -321,9 +502,13 @@ class ConversationRunner:
             if not overflowed or overflow_retried:
                 break
             overflow_retried = True
-            await self._emit(surface, Notice("This conversation got long; summarising it.", "info"))
+            run.feed.put(Notice("This conversation got long; summarising it.", "info"))
+            # Reloaded: steering delivered before the overflow is in history now; what was
+            # not delivered is still in the inbox and goes to the retry's fresh control.
             loaded = await self.store.load(conversation.id)
-            loaded = await self._compact_if_needed(conversation, loaded, model, surface, force=True)
+            loaded = await self._compact_if_needed(
+                conversation, loaded, model, run.feed, force=True
+            )
 
         outcome: RunOutcome
         error_text: str | None = None
@@ -335,41 +520,81 @@ class ConversationRunner:
             outcome, error_text = "aborted", end.error_message
         else:
             outcome, error_text = "error", describe_model_error(last, end.error_message)
+        if state.dropping:
+            await self._drop(state, run.feed)
         record = await self.store.finish_run(run.id, outcome, error=end.error_message)
         final_text = last.text() if last is not None else ""
-        await self._emit(surface, self._finished(record, final_text, error_text))
-        return outcome
+        run.feed.put(self._finished(record, final_text, error_text))
 
     async def _stream_run(
         self,
         context: AgentContext,
         model: Model,
-        active: _Active,
-        run_id: int,
+        state: _Conversation,
+        run: _Run,
+        control: RunControl,
         config: LoopConfig,
     ) -> AgentEnd:
-        conversation_id = active.conversation.id
+        """Run the loop: persist each message as it ends (before any surface shows it)."""
+        conversation_id = state.conversation.id
+        assert run.id is not None
         end: AgentEnd | None = None
-        async for event in run_agent(context, model, control=active.control, config=config):
-            if isinstance(event, MessageEnd) and isinstance(
-                event.message, AssistantMessage | ToolResultMessage
-            ):
-                # User messages (steering) were committed when they arrived.
-                await self.store.append_message(conversation_id, event.message, run_id=run_id)
-                if isinstance(event.message, AssistantMessage) and event.message.usage.total_tokens:
-                    await self.store.record_usage(run_id, event.message.usage, model=model.info.id)
+        async for event in run_agent(context, model, control=control, config=config):
+            if isinstance(event, MessageEnd):
+                message = event.message
+                if isinstance(message, AssistantMessage | ToolResultMessage):
+                    await self.store.append_message(conversation_id, message, run_id=run.id)
+                    if isinstance(message, AssistantMessage) and message.usage.total_tokens:
+                        await self.store.record_usage(run.id, message.usage, model=model.info.id)
+                else:
+                    await self._delivered(state, run, message)
             elif isinstance(event, AgentEnd):
                 end = event
-            await self._emit(active.surface, event)
+            run.feed.put(event)
+            if isinstance(event, ToolExecutionEnd):
+                for file in await files_out(event.result, config.workspace):
+                    run.feed.put(file)
         assert end is not None  # run_agent always ends with AgentEnd
         return end
 
-    def _mark_loaded(self, active: _Active, last_seq: int) -> None:
-        active.loaded_seq = last_seq
-        for seq, message in active.early:
-            if seq > last_seq:
-                active.control.steer(message)
-        active.early.clear()
+    async def _delivered(self, state: _Conversation, run: _Run, message: Message) -> None:
+        """The loop delivered a steered message: it enters history here, in that order."""
+        queued = run.steered.get(id(message))
+        if queued is None:
+            log.warning("the loop delivered a message the runner did not steer; not stored")
+            return
+        state.inbox.pop(queued.item.id, None)
+        if queued in state.dropping:  # stopped, but the loop had already taken it
+            state.dropping.remove(queued)
+        await self.store.deliver(state.conversation.id, [queued.item.id], run_id=run.id)
+        self._acknowledge(queued, DELIVERED_TEXT)
+
+    async def _drop(self, state: _Conversation, run_feed: SurfaceFeed | None) -> None:
+        """Drop stopped messages for good and tell everyone which ones go unanswered."""
+        dropped, state.dropping = state.dropping, []
+        if not dropped:
+            return
+        reason = state.drop_reason
+        await self.store.drop(state.conversation.id, [q.item.id for q in dropped], reason)
+        if run_feed is not None:
+            quotes = "; ".join(q.quote() for q in dropped)
+            run_feed.put(
+                Notice(
+                    f"{reason} These messages will not be answered: {quotes}. "
+                    "Send them again if you still need an answer.",
+                    "warning",
+                )
+            )
+        for queued in dropped:
+            if queued.feed is not None and queued.feed is not run_feed:
+                text = f"{reason} I won't answer {queued.quote()}; send it again if needed."
+                queued.feed.put(Notice(text, "warning", audience=queued.author))
+                queued.feed.close()
+
+    def _acknowledge(self, queued: _Queued, text: str) -> None:
+        if queued.feed is not None:
+            queued.feed.put(Notice(text, "info", audience=queued.author))
+            queued.feed.close()
 
     # -- compaction ------------------------------------------------------------------------
 
@@ -385,7 +610,7 @@ class ConversationRunner:
         conversation: Conversation,
         loaded: LoadedConversation,
         model: Model,
-        surface: Surface,
+        feed: SurfaceFeed,
         *,
         force: bool,
     ) -> LoadedConversation:
@@ -416,43 +641,6 @@ class ConversationRunner:
         log.info("compacted %s up to seq %s (%s tokens)", conversation.key, up_to, tokens)
         return LoadedConversation(conversation=conversation, compaction=stored, messages=cut.recent)
 
-    # -- access and budgets ----------------------------------------------------------------
-
-    def _access_refusal(self, incoming: Incoming) -> str | None:
-        """Why this person or channel may not use Teammate (allow-lists), or None."""
-        users = self.settings.allowed_users
-        if users and incoming.author.id not in users:
-            return "Sorry, I'm not enabled for you. Ask an admin to add you to `allowed_users`."
-        channels = self.settings.allowed_channels
-        platform = incoming.channel_key.split(":", 1)[0]
-        if channels and incoming.channel_key not in channels and platform not in channels:
-            return "Sorry, I'm not enabled in this channel (see `allowed_channels`)."
-        return None
-
-    async def _budget_refusal(self, conversation: Conversation, author: Author) -> str | None:
-        budgets = self.settings.budgets
-        day_start = _utc_day_start(self._clock())
-        checks: list[tuple[float, str, str, Usage]] = []
-        if budgets.conversation_usd_per_day is not None:
-            spent = await self.store.usage_since(day_start, conversation_id=conversation.id)
-            checks.append(
-                (budgets.conversation_usd_per_day, "this conversation", "conversation", spent)
-            )
-        if budgets.channel_usd_per_day is not None:
-            spent = await self.store.usage_since(day_start, channel_key=conversation.channel_key)
-            checks.append((budgets.channel_usd_per_day, "this channel", "channel", spent))
-        if budgets.user_usd_per_day is not None:
-            spent = await self.store.usage_since(day_start, user_id=author.id)
-            checks.append((budgets.user_usd_per_day, f"{author.name}", "user", spent))
-        for limit, who, name, spent in checks:
-            if spent.cost >= limit:
-                return (
-                    f"Daily budget reached: {who} has used ${spent.cost:.2f} of "
-                    f"${limit:.2f} today (limit `budgets.{name}_usd_per_day`). "
-                    "It resets at midnight UTC."
-                )
-        return None
-
     # -- building blocks -------------------------------------------------------------------
 
     def _model(self, channel_key: str) -> Model:
@@ -471,59 +659,30 @@ class ConversationRunner:
             tools=tools,
         )
 
-    def _workspace(self, channel_key: str) -> Path:
-        path = self._workspaces.get(channel_key)
-        if path is None:  # made once per channel, not on every run (a syscall on the loop)
-            path = self.settings.workspaces_dir / workspace_name(channel_key)
-            path.mkdir(parents=True, exist_ok=True)
-            self._workspaces[channel_key] = path
-        return path
+    def _feed(self, key: str, surface: Surface, *, run_id: int | None = None) -> SurfaceFeed:
+        feed = SurfaceFeed(surface, on_ref_change=self._ref_changed, name=key, run_id=run_id)
+        feeds = self._feeds.setdefault(key, set())
+        feeds.add(feed)
 
-    async def _user_message(self, incoming: Incoming) -> UserMessage:
-        text = attributed_text(incoming.author, incoming.timestamp, incoming.text)
-        images: list[Image] = []
-        for attachment in incoming.attachments:
-            if (
-                attachment.mime_type in IMAGE_TYPES
-                and len(attachment.data) <= MAX_INLINE_IMAGE_BYTES
-            ):
-                images.append(
-                    Image(
-                        data=base64.b64encode(attachment.data).decode(),
-                        mime_type=attachment.mime_type,
-                    )
-                )
-            else:
-                saved = await asyncio.to_thread(self._save_attachment, incoming, attachment)
-                text += f"\n(attached file {attachment.name!r}, saved in the workspace as {saved})"
-        content: str | list[Text | Image] = [Text(text=text), *images] if images else text
-        return UserMessage(
-            content=content,
-            author=incoming.author,
-            timestamp=incoming.timestamp,
-            platform_message_id=incoming.platform_message_id,
-        )
+        def forget(_task: asyncio.Task[None]) -> None:
+            feeds.discard(feed)
+            if not feeds and self._feeds.get(key) is feeds:
+                del self._feeds[key]
 
-    def _save_attachment(self, incoming: Incoming, attachment: Attachment) -> str:
-        folder = self._workspace(incoming.channel_key) / "attachments"
-        folder.mkdir(exist_ok=True)
-        name = _safe_file_name(attachment.name)
-        target = folder / name
-        counter = 1
-        while target.exists():
-            target = folder / f"{Path(name).stem}-{counter}{Path(name).suffix}"
-            counter += 1
-        target.write_bytes(attachment.data)
-        return f"attachments/{target.name}"
+        feed.task.add_done_callback(forget)
+        return feed
 
-    def _backfill_message(self, incoming: Incoming) -> UserMessage:
-        lines = ["Earlier messages in this thread, before you were mentioned:"]
-        for earlier in incoming.backfill:
-            author = earlier.author
-            if earlier.from_assistant:
-                author = Author(id=author.id, name="you (Teammate)")
-            lines.append(f"{user_header(author, earlier.timestamp)}\n{earlier.text}")
-        return UserMessage(content="\n\n".join(lines), timestamp=incoming.backfill[0].timestamp)
+    async def _ref_changed(self, run_id: int, ref: dict[str, Any]) -> None:
+        await self.store.set_run_surface_ref(run_id, ref)
+
+    def _surface_for(self, key: str, ref: dict[str, Any]) -> Surface | None:
+        if self._surfaces is None or not ref:
+            return None
+        try:
+            return self._surfaces.for_ref(key, ref)
+        except Exception:
+            log.exception("no surface for %s", key)
+            return None
 
     def _finished(self, record: RunRecord, final_text: str, error_text: str | None) -> RunFinished:
         return RunFinished(
@@ -535,81 +694,9 @@ class ConversationRunner:
             error_text=error_text,
         )
 
-    async def _emit(self, surface: Surface, event: SurfaceEvent) -> None:
-        try:
-            await surface.emit(event)
-        except Exception:
-            log.exception("surface failed to show %s", event.type)
-
-    async def _close_surface(self, surface: Surface) -> None:
-        try:
-            await surface.close()
-        except Exception:
-            log.exception("surface failed to close")
-
-
-def _unanswered(count: int) -> str:
-    messages = "message" if count == 1 else f"{count} messages"
-    return (
-        f"I stopped, so I haven't answered the {messages} sent meanwhile. They are part of "
-        "the conversation: send another message and I'll take them into account."
-    )
-
-
-def _process_start(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-# Which process runs a run, so that recovery at start-up leaves alone the runs of another
-# live process sharing the database (a terminal beside a bot).
-_OWNER = {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
-
-
-def _owner_alive(owner: dict[str, object]) -> bool:
-    if not owner or owner == _OWNER:
-        return False  # unknown, or this very process (whose live runs are in _active)
-    if owner.get("host") != _OWNER["host"]:
-        return True  # another machine's run: not ours to judge
-    pid = owner.get("pid")
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, under another user
-    start = owner.get("start")
-    return start is None or _process_start(pid) == start  # a reused pid is another process
-
 
 def _last_assistant(messages: list[Message]) -> AssistantMessage | None:
     for message in reversed(messages):
         if isinstance(message, AssistantMessage):
             return message
     return None
-
-
-def _utc_day_start(now: float) -> float:
-    day = datetime.fromtimestamp(now, tz=UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    return day.timestamp()
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def workspace_name(channel_key: str) -> str:
-    """A directory name for a channel: readable, safe, and unique per key."""
-    readable = _UNSAFE.sub("_", channel_key).strip("._")[:60] or "channel"
-    digest = hashlib.sha256(channel_key.encode()).hexdigest()[:10]
-    return f"{readable}-{digest}"
-
-
-def _safe_file_name(name: str) -> str:
-    base = Path(name).name
-    cleaned = _UNSAFE.sub("_", base).strip("._")[:100]
-    return cleaned or "file"

@@ -1,18 +1,30 @@
 """The Surface contract: how a run looks on a platform.
 
-Owns: the runner's own events (`RunStarted`, `Notice`, `RunFinished`), the `SurfaceEvent`
-union a surface receives, the `Surface` protocol, and `SurfaceFactory`, through which an
-adapter gives the runner surfaces (for a new message, or for reporting on an old run after a
-restart).
+Owns: the runner's own events (`RunStarted`, `Notice`, `FileOut`, `RunFinished`), the
+`SurfaceEvent` union a surface receives, the `Surface` protocol, and `SurfaceFactory`, through
+which an adapter gives the runner surfaces (for a new message, or for reporting on an old run
+after a restart).
 
 A surface owns presentation: streaming text, compact tool activity, the final answer, errors.
-`emit` must return quickly (coalesce and throttle in the background) and must never lose the
-final answer. A surface that raises is logged by the runner and never stops a run.
+The runner feeds each surface through its own queue and task (`bots.surface_feed`), so a slow
+surface (a platform backing off from a 429) never delays saving messages or other
+conversations; `emit` may take its time, but must never lose the final answer. A surface that
+raises is logged by the runner and never stops a run.
+
+What one surface sees (docs/architecture.md, "The event order"):
+- the surface of a run: `run_started`, the loop's events, `notice`s and `file_out`s, then
+  `run_finished`, then `close()`;
+- the surface of a message steered into a running run: a private `notice` that it was queued,
+  then one that it was delivered (or that it will not be answered), then `close()`;
+- a message that arrives between runs, or is left over when a run ends (the turn cap, a
+  message just too late), starts a follow-up run: its surface is that run's surface (its own
+  `run_started` ... `run_finished`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias
 
 from core.events import AgentEvent
@@ -32,11 +44,25 @@ class RunStarted:
 
 @dataclass(slots=True, frozen=True)
 class Notice:
-    """Something people should know that is not part of the answer (a refusal, a repair)."""
+    """Something people should know that is not part of the answer (a refusal, a repair, an
+    acknowledgement). `audience` None: everyone in the conversation; an `Author`: only that
+    person, privately where the platform can (an ephemeral message), else addressed to them."""
 
     text: str
     level: NoticeLevel = "info"
+    audience: Author | None = None
     type: Literal["notice"] = "notice"
+
+
+@dataclass(slots=True, frozen=True)
+class FileOut:
+    """A file the assistant produced, to attach to the answer. `path` is inside the channel's
+    workspace (already checked by the runner); `name` is what people see."""
+
+    path: Path
+    name: str
+    mime_type: str
+    type: Literal["file_out"] = "file_out"
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,14 +79,16 @@ class RunFinished:
     type: Literal["run_finished"] = "run_finished"
 
 
-SurfaceEvent: TypeAlias = AgentEvent | RunStarted | Notice | RunFinished
+SurfaceEvent: TypeAlias = AgentEvent | RunStarted | Notice | FileOut | RunFinished
 
 
 class Surface(Protocol):
     @property
     def ref(self) -> dict[str, Any]:
         """Where this surface shows things (JSON-able), stored with a run so that a restarted
-        process can report on it in the same place."""
+        process can report on it in the same place. It may change after the first post (a
+        Slack message ts, a Discord message id): the runner stores the new value with the run
+        after each event the surface has shown."""
         ...
 
     async def emit(self, event: SurfaceEvent) -> None: ...

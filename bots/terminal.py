@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from bots.app import App
 from bots.incoming import Incoming
 from bots.runner import ConversationRunner
-from bots.surface import Notice, RunFinished, RunStarted, Surface, SurfaceEvent
+from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
 from core.events import (
     AgentEnd,
     AgentStart,
@@ -154,8 +154,12 @@ class TerminalSurface:
                 pass
             case MessageEnd(message=AssistantMessage()):
                 self._end_out_line()
-            case ToolExecutionStart(tool_name=name, arguments=arguments):
-                self._line(f"⚙ {describe_call(self._tools.get(name), name, arguments)}")
+            case ToolExecutionStart(tool_name=name, arguments=arguments, label=label):
+                if not label or label == name:  # the tool has no label of its own
+                    label = describe_call(self._tools.get(name), name, arguments)
+                self._line(f"⚙ {_one_line(label, _SUMMARY_LIMIT)}")
+            case FileOut(path=path, name=name):
+                self._line(f"📎 {name} ({path})")
             case ToolExecutionEnd():
                 self._line(_tool_end_line(event))
             case Notice(text=text, level=level):
@@ -332,7 +336,7 @@ async def run_ask(app: App, name: str, prompt: str, *, out: TextIO, err: TextIO)
     surface = TerminalSurface(key, out=out, err=err, tools=app.tools_for(key), stream=False)
 
     def interrupt() -> None:
-        runner.stop(key, by=author)
+        runner.stop(key, by=author)  # this run and anything queued behind it
 
     with _sigint(interrupt):
         result = await runner.submit(terminal_incoming(name, author, prompt), surface)
@@ -380,7 +384,7 @@ class _Chat:
             self.err.flush()
 
     def interrupt(self) -> None:
-        if self.runner.stop(self.key, by=self.author):
+        if self.runner.stop(self.key, by=self.author) == "stopped":
             self.say("\n^C stopping…")
         else:
             self.say("\n(Ctrl-C stops a running answer; type /exit or press Ctrl-D to quit.)")
@@ -399,9 +403,8 @@ class _Chat:
             stream=True,
             on_close=self.idle,
         )
-        result = await self.runner.submit(terminal_incoming(self.name, self.author, text), surface)
-        if result == "steered":
-            self.say("↳ passed to the running answer")
+        # A line typed while Teammate works is acknowledged on its own surface (a notice).
+        await self.runner.submit(terminal_incoming(self.name, self.author, text), surface)
 
     async def command(self, line: str) -> bool:
         """Run a slash command; False means quit."""
@@ -409,7 +412,7 @@ class _Chat:
         if command in ("/exit", "/quit"):
             return False
         if command == "/stop":
-            if not self.runner.stop(self.key, by=self.author):
+            if self.runner.stop(self.key, by=self.author) != "stopped":
                 self.say("Nothing is running.")
         elif command == "/reset":
             if self.runner.is_running(self.key):

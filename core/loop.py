@@ -391,10 +391,7 @@ class _Run:
         runnable: list[tuple[ToolCall, AnyTool, Any]] = []
         for call in calls:
             prepared = self._prepare(call)
-            if isinstance(prepared, ToolResultMessage):
-                label = call.name
-            else:
-                label = _label(*prepared)
+            label = call.name if isinstance(prepared, ToolResultMessage) else _label(*prepared)
             self.emit(ToolExecutionStart(call.id, call.name, call.arguments, label))
             if isinstance(prepared, ToolResultMessage):
                 self.emit(ToolExecutionEnd(call.id, call.name, prepared, 0.0))

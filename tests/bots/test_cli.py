@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bots.runner import workspace_name
+from bots.workspaces import workspace_name
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
     SSEReply,

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from bots.incoming import Attachment, BackfillMessage
-from bots.runner import ConversationRunner, workspace_name
+from bots.runner import DELIVERED_TEXT, QUEUED_TEXT, ConversationRunner
 from bots.settings import BudgetSettings, CompactionSettings, Settings
+from bots.workspaces import workspace_name
 from core.history import repair_history
 from core.messages import (
     AssistantMessage,
@@ -103,19 +104,16 @@ async def test_a_message_arriving_mid_run_is_steered_in_after_the_tool_batch(
     result, steered = second[2], second[3]
     assert isinstance(result, ToolResultMessage) and not result.is_error
     assert isinstance(steered, UserMessage) and steered.author == BOB
-    # Stored in arrival order; replayed in delivery order (Bob after the batch's result).
+    # Stored in delivery order (Bob after the batch's result): replay is what the model saw.
     stored = await history(store)
-    assert roles(stored) == ["user", "assistant", "user", "tool_result", "assistant"]
-    assert roles(repair_history(stored)) == [
-        "user",
-        "assistant",
-        "tool_result",
-        "user",
-        "assistant",
-    ]
-    # One run answered both; it was shown where it started.
+    assert roles(stored) == ["user", "assistant", "tool_result", "user", "assistant"]
+    assert repair_history(stored) == stored
+    # One run answered both; it was shown where it started. Bob's own surface was told that
+    # his message was queued, then taken in, and was closed.
     assert [f.outcome for f in surface.finished()] == ["done"]
-    assert bob_surface.events == []
+    assert [n.text for n in bob_surface.notices()] == [QUEUED_TEXT, DELIVERED_TEXT]
+    assert all(n.audience == BOB for n in bob_surface.notices())
+    assert bob_surface.types() == ["notice", "notice"] and bob_surface.closed == 1
 
 
 async def test_several_queued_messages_arrive_together_in_order(
@@ -172,7 +170,7 @@ async def test_stop_mid_tool_cancels_promptly_and_the_next_message_is_answered(
     await runner.submit(incoming("sleep long"), surface)
     await surface.wait_for(lambda s: s.tool_starts())
     started = time.monotonic()
-    assert runner.stop(KEY, by=BOB)
+    assert runner.stop(KEY, by=BOB) == "stopped"
     await runner.wait(KEY)
     assert time.monotonic() - started < 1.0
     assert tool.cancelled == 1
@@ -183,7 +181,7 @@ async def test_stop_mid_tool_cancels_promptly_and_the_next_message_is_answered(
     assert roles(stored) == ["user", "assistant", "tool_result", "assistant"]
     assert isinstance(stored[2], ToolResultMessage) and stored[2].is_error
     assert isinstance(stored[3], AssistantMessage) and stored[3].stop_reason == "aborted"
-    assert not runner.stop(KEY)
+    assert runner.stop(KEY) == "idle"
 
     await runner.submit(incoming("try again"), RecordingSurface())
     await runner.wait(KEY)
@@ -485,7 +483,10 @@ async def test_crash_mid_run_is_repaired_reported_and_the_next_message_answered(
     assert recovered.outcome == "interrupted"
     [(key, ref, surface)] = surfaces.made
     assert key == KEY and ref == {"surface": "recording", "name": "child"}
-    assert "interrupted" in surface.notices()[0].text
+    await runner.wait_all()
+    [finished] = surface.finished()
+    assert finished.outcome == "interrupted" and finished.run_id == recovered.id
+    assert finished.error_text is not None and "interrupted" in finished.error_text
     assert await store.running_runs() == []
     stored = await history(store)
     assert roles(stored) == ["user", "assistant", "tool_result"]
@@ -500,7 +501,7 @@ async def test_crash_mid_run_is_repaired_reported_and_the_next_message_answered(
     assert await runner.recover() == []
 
 
-async def test_messages_sent_during_a_stopped_run_are_kept_and_mentioned(
+async def test_a_stop_drops_the_messages_queued_behind_the_run_and_names_them(
     store: SqliteStore, tmp_path: Path
 ) -> None:
     model = ScriptedModel([Reply(tool_calls=[call("sleep", {"seconds": 30})])])
@@ -508,26 +509,58 @@ async def test_messages_sent_during_a_stopped_run_are_kept_and_mentioned(
     surface = RecordingSurface()
     await runner.submit(incoming("sleep"), surface)
     await surface.wait_for(lambda s: s.tool_starts())
-    await runner.submit(incoming("and then this", author=BOB), RecordingSurface())
-    runner.stop(KEY)
+    bob = RecordingSurface("bob")
+    await runner.submit(incoming("and then this", author=BOB), bob)
+    assert runner.stop(KEY) == "stopped"
     await runner.wait(KEY)
     [notice] = surface.notices()
-    assert "haven't answered the message sent meanwhile" in notice.text
+    assert "will not be answered: Bob: “and then this”" in notice.text
+    assert notice.audience is None  # everyone in the conversation
+    assert "won't answer Bob: “and then this”" in bob.notices()[-1].text and bob.closed == 1
     assert len(model.requests) == 1
-    assert "and then this" in (await history(store))[2].text()  # type: ignore[union-attr]
+    assert "and then this" not in " ".join(m.text() for m in await history(store))
+    conversation = await store.get_conversation(KEY)
+    assert conversation is not None and await store.pending(conversation.id) == []
+
+
+async def test_a_stop_for_one_run_leaves_the_queued_messages_to_a_follow_up(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel(
+        [Reply(tool_calls=[call("sleep", {"seconds": 30})])], default=Reply(text="follow-up")
+    )
+    runner = make_runner(store, tmp_path, model, tools=[SleepTool()])
+    surface = RecordingSurface()
+    await runner.submit(incoming("sleep"), surface)
+    await surface.wait_for(lambda s: s.tool_starts())
+    run_id = runner.current_run(KEY)
+    assert run_id is not None
+    assert runner.stop(KEY, run_id + 1000, by=BOB) == "stale"  # an old Stop button
+    assert not surface.finished()
+    # A message is steered into the run, but the loop delivers it only after the tool batch.
+    bob = RecordingSurface("bob")
+    assert await runner.submit(incoming("and then this", author=BOB), bob) == "steered"
+    assert runner.stop(KEY, run_id, by=ADA) == "stopped"
+    await runner.wait(KEY)
+    assert [f.outcome for f in surface.finished()] == ["aborted"]
+    # Bob's message starts its own run, shown on his surface.
+    assert [f.outcome for f in bob.finished()] == ["done"]
+    assert bob.types()[:2] == ["notice", "run_started"]
+    assert bob.finished()[0].final_text == "follow-up"
+    assert runner.stop(KEY, run_id) == "stale"
 
 
 async def test_recovery_leaves_alone_runs_of_another_live_process(
     store: SqliteStore, tmp_path: Path
 ) -> None:
-    from bots import runner as runner_module
+    from bots import recovery
 
     conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
     parent = os.getppid()
     alive_owner = {
-        "host": runner_module._OWNER["host"],
+        "host": recovery.OWNER["host"],
         "pid": parent,
-        "start": runner_module._process_start(parent),
+        "start": recovery.process_start(parent),
     }
     dead_owner = {**alive_owner, "pid": 2**22 + 7}  # above Linux's pid_max: never alive
     live = await store.start_run(conversation.id, owner=alive_owner)

@@ -12,8 +12,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from bots.incoming import BackfillMessage
 from bots.settings import CompactionSettings
 from bots.surface import RunFinished, SurfaceEvent
@@ -34,8 +32,6 @@ from tests.bots.runner_helpers import (
     roles,
 )
 from tests.fakes.recording_surface import RecordingSurface
-
-XFAIL = pytest.mark.xfail(strict=True, reason="issue 8: fixed by the inbox runner")
 
 
 def said(message: Message) -> str:
@@ -61,7 +57,6 @@ class ClosingGate(RecordingSurface):
         await super().close()
 
 
-@XFAIL
 async def test_a_message_sent_while_the_last_surface_closes_is_answered(
     store: SqliteStore, tmp_path: Path
 ) -> None:
@@ -96,7 +91,6 @@ class StopsAfterFirstRun(RecordingSurface):
             self.runner.stop(KEY, by=ADA)
 
 
-@XFAIL
 async def test_a_stop_between_runs_stops_the_queued_follow_up(
     store: SqliteStore, tmp_path: Path
 ) -> None:
@@ -157,7 +151,6 @@ class OverflowsOnce(ScriptedModel):
             yield event
 
 
-@XFAIL
 async def test_a_message_steered_before_an_overflow_is_sent_once(
     store: SqliteStore, tmp_path: Path
 ) -> None:
@@ -187,7 +180,6 @@ async def test_a_message_steered_before_an_overflow_is_sent_once(
     assert user_lines(await history(store)).count("steered in") == 1
 
 
-@XFAIL
 async def test_two_first_messages_at_once_store_the_backfill_once(
     store: SqliteStore, tmp_path: Path
 ) -> None:
@@ -226,7 +218,6 @@ class FailsToStoreOneMessage(SqliteStore):
         return await super().accept_delivery(*args, **kwargs)  # type: ignore[misc]
 
 
-@XFAIL
 async def test_a_failure_while_storing_a_message_leaves_its_delivery_retryable(
     tmp_path: Path,
 ) -> None:
@@ -246,7 +237,6 @@ async def test_a_failure_while_storing_a_message_leaves_its_delivery_retryable(
         await store.close()
 
 
-@XFAIL
 async def test_a_message_steered_on_the_last_allowed_turn_is_answered(
     store: SqliteStore, tmp_path: Path
 ) -> None:
@@ -274,7 +264,6 @@ async def test_a_message_steered_on_the_last_allowed_turn_is_answered(
     assert isinstance(stored[-1], AssistantMessage) and stored[-1].text() == "answer"
 
 
-@XFAIL
 async def test_history_replays_exactly_what_the_model_saw(
     store: SqliteStore, tmp_path: Path
 ) -> None:
@@ -312,7 +301,6 @@ async def test_history_replays_exactly_what_the_model_saw(
     ]
 
 
-@XFAIL
 async def test_compaction_never_separates_a_tool_call_from_its_result(
     store: SqliteStore, tmp_path: Path
 ) -> None:
@@ -350,3 +338,21 @@ async def test_compaction_never_separates_a_tool_call_from_its_result(
     assert any("RESULT-MARKER" in text for text in seen)
     answer = next(r for r in reversed(model.requests) if not _is_summary(r))
     assert repair_history(answer.messages) == answer.messages  # nothing left dangling
+
+
+async def test_a_submit_cancelled_while_its_message_is_stored_still_gets_it_answered(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """E, the other half: the adapter's task is cancelled while the store commits."""
+    model = ScriptedModel([Reply(text="answered")])
+    runner = make_runner(store, tmp_path, model)
+    event = incoming("hello", delivery="Ev-cancelled")
+    submitting = asyncio.create_task(runner.submit(event, RecordingSurface()))
+    await asyncio.sleep(0)  # the submit is now waiting for the store
+    submitting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await submitting
+    await runner.submit(event, RecordingSurface())  # the platform's retry
+    await runner.wait_all()
+    assert user_lines(await history(store)) == ["hello"]
+    assert roles(await history(store)) == ["user", "assistant"]

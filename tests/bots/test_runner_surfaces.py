@@ -1,0 +1,196 @@
+"""What adapters need from the runner's contract (issue 8): slow surfaces never delay saving or
+other conversations, a run's surface location is stored as it changes and used after a restart,
+files out, and messages accepted before a crash are answered after it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from bots.incoming import Incoming
+from bots.surface import FileOut, SurfaceEvent
+from core.messages import UserMessage
+from core.models.scripted import Reply, ScriptedModel, call
+from core.tools import AgentTool, ToolContext, ToolResult
+from storage.sqlite import SqliteStore
+from tests.bots.runner_helpers import (
+    ADA,
+    CHANNEL,
+    KEY,
+    SleepTool,
+    history,
+    incoming,
+    make_runner,
+    roles,
+)
+from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
+
+
+class BackingOff(RecordingSurface):
+    """A surface whose platform answers 429: every emit sleeps until the limit lifts."""
+
+    def __init__(self) -> None:
+        super().__init__("slow")
+        self.limit_lifted = asyncio.Event()
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        await self.limit_lifted.wait()
+        await super().emit(event)
+
+
+async def until(check: Callable[[], Awaitable[bool]], limit_s: float = 5.0) -> None:
+    """Wait until `check()` holds: the store has no change notification to wait on."""
+    for _ in range(int(limit_s / 0.01)):
+        if await check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition never held")
+
+
+async def _no_run_running(store: SqliteStore) -> bool:
+    return not await store.running_runs()
+
+
+async def test_a_slow_surface_delays_neither_saving_nor_other_conversations(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel(
+        default=lambda r: (
+            Reply(text="answer")
+            if roles(r.messages)[-1] == "tool_result"
+            else Reply(tool_calls=[call("sleep", {"seconds": 0})])
+        )
+    )
+    runner = make_runner(store, tmp_path, model, tools=[SleepTool()])
+    slow = BackingOff()
+    fast = RecordingSurface("fast")
+    await runner.submit(incoming("slow one"), slow)
+    other = f"{CHANNEL}:other"
+    await runner.submit(incoming("fast one", key=other), fast)
+    await runner.wait(other)  # the other conversation is answered and shown meanwhile
+    assert [f.outcome for f in fast.finished()] == ["done"]
+    await until(lambda: _no_run_running(store))
+    # The slow surface has shown nothing, yet its run is complete and saved.
+    assert slow.events == []
+    assert roles(await history(store)) == ["user", "assistant", "tool_result", "assistant"]
+    slow.limit_lifted.set()
+    await runner.wait(KEY)
+    assert slow.types()[0] == "run_started" and slow.types()[-1] == "run_finished"
+    assert slow.closed == 1
+
+
+class PostsOnce(RecordingSurface):
+    """A surface that learns where it posted (a Slack ts) after showing the run's start."""
+
+    def __init__(self) -> None:
+        super().__init__("posting")
+        self.ts: str | None = None
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return {"surface": "recording", "name": self.name, "ts": self.ts}
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        if event.type == "run_started":
+            self.ts = "1700000000.000200"
+        await super().emit(event)
+
+
+async def test_a_surface_location_learnt_after_posting_is_used_after_a_restart(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(tool_calls=[call("sleep", {"seconds": 3600})])])
+    first = make_runner(store, tmp_path, model, tools=[SleepTool()])
+    surface = PostsOnce()
+    await first.submit(incoming("work for an hour"), surface)
+    await surface.wait_for(lambda s: s.tool_starts())
+
+    async def ref_stored() -> bool:
+        return (await store.running_runs())[0].surface_ref.get("ts") is not None
+
+    await until(ref_stored)
+    # A second process on the same database, after this one died (same owner: not alive).
+    surfaces = RecordingSurfaces()
+    restarted = make_runner(store, tmp_path, ScriptedModel(), surfaces=surfaces)
+    [recovered] = await restarted.recover()
+    await restarted.wait_all()
+    [(key, ref, shown)] = surfaces.made
+    assert key == KEY and ref["ts"] == "1700000000.000200"
+    [finished] = shown.finished()
+    assert finished.outcome == "interrupted" and finished.run_id == recovered.id
+    await first.close(timeout_s=5)
+
+
+class ReportParams(BaseModel):
+    name: str
+
+
+class ReportTool(AgentTool[ReportParams]):
+    name = "report"
+    label = "Report"
+    description = "Write a report file to attach."
+    parameters = ReportParams
+
+    async def execute(self, call_id: str, params: ReportParams, ctx: ToolContext) -> ToolResult:
+        (ctx.workspace / params.name).write_text("the report")
+        offered = [
+            {"path": params.name, "name": "Report.txt", "mime_type": "text/plain"},
+            {"path": "../outside.txt", "name": "nope"},
+            {"path": "missing.txt"},
+        ]
+        return ToolResult.text("written", details={"files_out": offered})
+
+
+async def test_files_a_tool_offers_reach_the_surface_when_inside_the_workspace(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    (tmp_path / "workspaces").mkdir()
+    (tmp_path / "workspaces" / "outside.txt").write_text("secret")
+    model = ScriptedModel([Reply(tool_calls=[call("report", {"name": "r.txt"})]), Reply(text="ok")])
+    runner = make_runner(store, tmp_path, model, tools=[ReportTool()])
+    surface = RecordingSurface()
+    await runner.submit(incoming("report please"), surface)
+    await runner.wait(KEY)
+    files = [e for e in surface.events if isinstance(e, FileOut)]
+    assert [(f.name, f.mime_type, f.path.read_text()) for f in files] == [
+        ("Report.txt", "text/plain", "the report")
+    ]
+    types = surface.types()
+    assert types.index("file_out") == types.index("tool_execution_end") + 1
+
+
+async def test_messages_accepted_before_a_crash_are_answered_after_it(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    # A process accepted this message and died before any run delivered it.
+    accepted = await store.accept_delivery(
+        KEY,
+        UserMessage(content="[Ada] are you there?", author=ADA),
+        channel_key=CHANNEL,
+        delivery_id="Ev-before-crash",
+        surface_ref={"surface": "recording", "name": "before-crash"},
+    )
+    assert accepted is not None
+    model = ScriptedModel([Reply(text="yes, back now")])
+    surfaces = RecordingSurfaces()
+    runner = make_runner(store, tmp_path, model, surfaces=surfaces)
+    assert await runner.recover() == []
+    await runner.wait_all()
+    [(key, ref, surface)] = surfaces.made
+    assert key == KEY and ref["name"] == "before-crash"
+    assert [f.final_text for f in surface.finished()] == ["yes, back now"]
+    assert roles(await history(store)) == ["user", "assistant"]
+    assert await store.pending(accepted.conversation.id) == []
+    retried = Incoming(
+        conversation_key=KEY,
+        channel_key=CHANNEL,
+        author=ADA,
+        text="are you there?",
+        delivery_id="Ev-before-crash",
+        timestamp=1_796_000_000.0,
+    )
+    assert await runner.submit(retried, RecordingSurface()) == "duplicate"
