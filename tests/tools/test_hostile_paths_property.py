@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.tools import ToolError
+from core.tools import AnyTool, ToolError
 from tests.tools.conftest import make_ctx, text_of
 from tools.files import (
     FindParams,
@@ -68,7 +69,7 @@ _pieces = st.sampled_from(
     ]
 )
 _free_text = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12
 )
 _component = st.one_of(_pieces, _pieces, _free_text)
 _prefix = st.sampled_from(["", "", "", "/", f"{WS}/", f"{OUT}/", "/etc/", f"{WS}/../"])
@@ -173,7 +174,7 @@ def test_every_resolution_stays_inside_or_refuses_clearly(
 
 async def _run_all(where: Arena, path: str) -> list[str]:
     ctx = make_ctx(where.workspace)
-    calls = [
+    calls: list[tuple[AnyTool, Any]] = [
         (ReadTool(), ReadParams(path=path)),
         (LsTool(), LsParams(path=path)),
         (FindTool(), FindParams(pattern="*", path=path)),
@@ -183,7 +184,7 @@ async def _run_all(where: Arena, path: str) -> list[str]:
     texts = []
     for tool, params in calls:
         try:
-            texts.append(text_of(await tool.execute("c", params, ctx)))  # type: ignore[arg-type]
+            texts.append(text_of(await tool.execute("c", params, ctx)))
         except ToolError as exc:
             assert len(exc.message) > 15
             texts.append(exc.message)
