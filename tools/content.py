@@ -79,25 +79,32 @@ class ImageError(ValueError):
 def prepare_image(data: bytes) -> PreparedImage:
     """Decode an image, fit it within MAX_IMAGE_SIDE on both sides and within MAX_IMAGE_BYTES.
 
-    An image already small enough in an accepted format is sent unchanged.
+    An image already small enough in an accepted format is sent unchanged. A large one is
+    scaled while it decodes where the format allows (JPEG draft mode), and is never copied:
+    Pillow keeps RGB as 4 bytes a pixel, so each full-size copy of a 25-megapixel image is
+    100 MB.
     """
     try:
-        with PILImage.open(io.BytesIO(data)) as probe:
-            fmt = probe.format or ""
-            width, height = probe.size
-            if width * height > MAX_IMAGE_PIXELS:
-                raise ImageError(f"the image is too large to decode ({width}×{height} pixels)")
-            probe.load()
-            image = probe.copy()
+        with PILImage.open(io.BytesIO(data)) as image:
+            return _prepare(image, data)
     except (UnidentifiedImageError, OSError, SyntaxError, PILImage.DecompressionBombError) as exc:
         raise ImageError(f"the image cannot be decoded ({exc})") from None
-    original = (width, height)
+
+
+def _prepare(image: PILImage.Image, data: bytes) -> PreparedImage:
+    fmt = image.format or ""
+    width, height = original = image.size
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ImageError(f"the image is too large to decode ({width}×{height} pixels)")
     fits = width <= MAX_IMAGE_SIDE and height <= MAX_IMAGE_SIDE
     if fits and fmt in _SENDABLE and len(data) <= MAX_IMAGE_BYTES:
+        image.load()  # it must decode to be worth sending
         return PreparedImage(
             base64.b64encode(data).decode("ascii"), _SENDABLE[fmt], original, original, False
         )
-    if not fits:
+    if fits:
+        image.load()
+    else:
         image.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE), PILImage.Resampling.LANCZOS)
     encoded, mime = _encode(image)
     side = max(image.size)
