@@ -323,21 +323,10 @@ def _conversion_slots() -> asyncio.Semaphore:
 async def _convert_in_child(
     html: bytes, charset: str | None, timeout_s: float, max_chars: int | None
 ) -> Converted:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",  # no user site, no PYTHON* variables: only our code and the installed packages
-        "-c",
-        f"import sys; sys.path.insert(0, {str(_ROOT)!r}); "
-        "from tools.content import _conversion_worker; _conversion_worker()",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        # Nothing of ours (no API keys) is handed to a process that parses hostile pages.
-        env={
-            "LC_ALL": "C.UTF-8",
-            **{name: os.environ[name] for name in _CHILD_ENV if name in os.environ},
-        },
-    )
+    try:
+        process = await _start_child()
+    except OSError as exc:  # out of processes or memory: say so, as for any other failure
+        raise ConversionError(f"the converter could not be started ({exc})") from None
     header = json.dumps({"charset": charset, "max_chars": max_chars}).encode() + b"\n"
     try:
         async with asyncio.timeout(timeout_s):
@@ -358,6 +347,24 @@ async def _convert_in_child(
     if "error" in answer:
         raise ConversionError(str(answer["error"]))
     return Converted(str(answer["text"]), bool(answer["cut"]), bool(answer["flattened"]))
+
+
+async def _start_child() -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-I",  # no user site, no PYTHON* variables: only our code and the installed packages
+        "-c",
+        f"import sys; sys.path.insert(0, {str(_ROOT)!r}); "
+        "from tools.content import _conversion_worker; _conversion_worker()",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        # Nothing of ours (no API keys) is handed to a process that parses hostile pages.
+        env={
+            "LC_ALL": "C.UTF-8",
+            **{name: os.environ[name] for name in _CHILD_ENV if name in os.environ},
+        },
+    )
 
 
 def _conversion_worker() -> None:
