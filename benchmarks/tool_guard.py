@@ -9,9 +9,10 @@ this (parent) process before the case starts, so building them is not measured.
 Cases: ReDoS in grep (a lookahead forces the Python engine: catastrophic backtracking), a glob
 bomb in find, a stacked gzip (2 GiB inside a few KB) in web_fetch, a 2 MB HTML page in
 web_fetch, an edit of a 60 MB file, and a 100-megapixel PNG read by the read tool. `idle` is
-the heartbeat alone: the floor of the measurement.
+the heartbeat alone: the floor of the measurement. `--extras` adds the largest inputs the tools
+still accept (an edit just under the edit cap; six parallel reads of an image at the pixel cap).
 
-Run: uv run python -m benchmarks.tool_guard [--cases grep_redos find_glob_bomb ...]
+Run: uv run python -m benchmarks.tool_guard [--extras] [--cases grep_redos find_glob_bomb ...]
      uv run python benchmarks/tool_guard.py
 Prints the conditions, a table, and last one JSON line with worst_loop_stall_ms and peak_rss_mb
 (the largest of every case's own peak and its children's). Targets: no stall over 100 ms, peak
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import gzip
 import json
+import math
 import os
 import platform
 import resource
@@ -54,6 +56,7 @@ GZIP_INNER = 2 * 1024**3
 HTML_BYTES = 2 * 1024 * 1024
 EDIT_BYTES = 60 * 1024 * 1024
 IMAGE_SIDE = 10_000
+PARALLEL_READS = 6
 
 
 # -- inputs (built in the parent) ------------------------------------------------------------
@@ -110,33 +113,59 @@ def build_html(work: Path) -> str:
     return f"{len(page) / 1024**2:.1f} MB table page"
 
 
-def build_edit(work: Path) -> str:
-    (work / "ws").mkdir()
+def _write_lines(path: Path, size: int) -> int:
     line = "a fairly ordinary line of text in a big file, number {:09}\n"
-    count = EDIT_BYTES // len(line.format(0))
-    with (work / "ws" / "big.txt").open("w") as out:
+    count = size // len(line.format(0))
+    with path.open("w") as out:
         for start in range(0, count, 100_000):
             out.write("".join(line.format(i) for i in range(start, min(count, start + 100_000))))
-    size = (work / "ws" / "big.txt").stat().st_size
-    return f"one unique line replaced in a {size / 1024**2:.0f} MB file"
+    return path.stat().st_size
+
+
+def build_edit(work: Path, size: int = EDIT_BYTES) -> str:
+    (work / "ws").mkdir()
+    written = _write_lines(work / "ws" / "big.txt", size)
+    return f"one unique line replaced in a {written / 1024**2:.1f} MB file"
+
+
+def build_edit_at_cap(work: Path) -> str:
+    from tools import files
+
+    cap = getattr(files, "MAX_EDIT_FILE_BYTES", EDIT_BYTES)
+    return build_edit(work, cap - 64 * 1024) + " (just under the edit cap)"
+
+
+def _png(path: Path, side: int, channels: int) -> int:
+    """A side × side PNG of zeros (grayscale or RGB), written row by row (never held whole)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    packer = zlib.compressobj(9)
+    row = bytes(side * channels + 1)  # filter byte + pixels
+    idat = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
+    color_type = 0 if channels == 1 else 2
+    header = struct.pack(">IIBBBBB", side, side, 8, color_type, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat)
+    path.write_bytes(png + chunk(b"IEND", b""))
+    return path.stat().st_size
 
 
 def build_image(work: Path) -> str:
-    """A 10,000 × 10,000 grayscale PNG of zeros, written row by row (never held whole)."""
     (work / "ws").mkdir()
+    size = _png(work / "ws" / "bomb.png", IMAGE_SIDE, 1)
+    return f"{IMAGE_SIDE}×{IMAGE_SIDE} PNG, {size / 1024:.0f} KB"
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
 
-    packer = zlib.compressobj(9)
-    row = bytes(IMAGE_SIDE + 1)  # filter byte + pixels
-    idat = b"".join(packer.compress(row) for _ in range(IMAGE_SIDE)) + packer.flush()
-    header = struct.pack(">IIBBBBB", IMAGE_SIDE, IMAGE_SIDE, 8, 0, 0, 0, 0)
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
-    (work / "ws" / "bomb.png").write_bytes(png)
-    return f"{IMAGE_SIDE}×{IMAGE_SIDE} PNG, {len(png) / 1024:.0f} KB"
+def build_images_at_cap(work: Path) -> str:
+    from tools import files
+
+    side = math.isqrt(getattr(files, "MAX_IMAGE_PIXELS", IMAGE_SIDE**2))
+    (work / "ws").mkdir()
+    size = _png(work / "ws" / "bomb.png", side, 3)
+    kb = size / 1024
+    return f"{side}×{side} RGB PNG of {kb:.0f} KB (the pixel cap), {PARALLEL_READS} reads at once"
 
 
 # -- cases (run in the child) ----------------------------------------------------------------
@@ -223,8 +252,8 @@ async def run_edit(work: Path) -> str:
 
     params = EditParams(
         path="big.txt",
-        old_text="number 000500000\n",
-        new_text="number 000500000 (edited)\n",
+        old_text="number 000100000\n",
+        new_text="number 000100000 (edited)\n",
     )
     return await _call(EditTool(), params, _ctx(work))
 
@@ -233,6 +262,16 @@ async def run_image(work: Path) -> str:
     from tools.files import ReadParams, ReadTool
 
     return await _call(ReadTool(), ReadParams(path="bomb.png"), _ctx(work))
+
+
+async def run_images_at_once(work: Path) -> str:
+    from tools.files import ReadParams, ReadTool
+
+    calls = [
+        _call(ReadTool(), ReadParams(path="bomb.png"), _ctx(work)) for _ in range(PARALLEL_READS)
+    ]
+    outcomes = await asyncio.gather(*calls)
+    return " / ".join(sorted(set(outcomes)))
 
 
 Case = tuple[Callable[[Path], str], Callable[[Path], Awaitable[str]]]
@@ -245,6 +284,12 @@ CASES: dict[str, Case] = {
     "edit_60mb": (build_edit, run_edit),
     "read_image_bomb": (build_image, run_image),
 }
+# Not hostile, but the worst that is still accepted: run with --extras.
+EXTRAS: dict[str, Case] = {
+    "edit_at_cap": (build_edit_at_cap, run_edit),
+    "read_images_at_cap_x6": (build_images_at_cap, run_images_at_once),
+}
+ALL_CASES = {**CASES, **EXTRAS}
 
 
 def _vm_hwm_mb() -> float:
@@ -283,7 +328,7 @@ async def measure(name: str, work: Path) -> dict[str, Any]:
     await asyncio.sleep(0.1)
     worst = 0.0  # start-up wobble is not the case's
     started = time.perf_counter()
-    outcome = await CASES[name][1](work)
+    outcome = await ALL_CASES[name][1](work)
     wall = time.perf_counter() - started
     stop.set()
     await beat
@@ -304,7 +349,7 @@ def run_case(name: str) -> dict[str, Any]:
     """The parent: build the input, run the case in a fresh process, read its JSON line."""
     with tempfile.TemporaryDirectory(prefix="tool-guard-") as tmp:
         work = Path(tmp)
-        described = CASES[name][0](work)
+        described = ALL_CASES[name][0](work)
         command = [sys.executable, str(Path(__file__).resolve()), "--child", name, str(work)]
         try:
             done = subprocess.run(
@@ -339,7 +384,10 @@ def _fmt(value: Any, spec: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--cases", nargs="+", choices=list(ALL_CASES), default=list(CASES))
+    parser.add_argument(
+        "--extras", action="store_true", help="also run the largest accepted inputs"
+    )
     parser.add_argument("--child", nargs=2, metavar=("CASE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -359,7 +407,8 @@ def main() -> None:
         f"own timeout applies); peak = VmHWM of the case process, children separately; "
         f"targets: stall <= {STALL_TARGET_MS:g} ms, peak < {PEAK_TARGET_MB:g} MB"
     )
-    results = {name: run_case(name) for name in args.cases}
+    names = list(args.cases) + [name for name in EXTRAS if args.extras and name not in args.cases]
+    results = {name: run_case(name) for name in names}
     header = (
         f"{'case':<22} {'stall ms':>9} {'peak MB':>8} {'child MB':>9} {'wall s':>7}  "
         f"{'meets':<5}  input → outcome"

@@ -79,25 +79,32 @@ class ImageError(ValueError):
 def prepare_image(data: bytes) -> PreparedImage:
     """Decode an image, fit it within MAX_IMAGE_SIDE on both sides and within MAX_IMAGE_BYTES.
 
-    An image already small enough in an accepted format is sent unchanged.
+    An image already small enough in an accepted format is sent unchanged. A large one is
+    scaled while it decodes where the format allows (JPEG draft mode), and is never copied:
+    Pillow keeps RGB as 4 bytes a pixel, so each full-size copy of a 25-megapixel image is
+    100 MB.
     """
     try:
-        with PILImage.open(io.BytesIO(data)) as probe:
-            fmt = probe.format or ""
-            width, height = probe.size
-            if width * height > MAX_IMAGE_PIXELS:
-                raise ImageError(f"the image is too large to decode ({width}×{height} pixels)")
-            probe.load()
-            image = probe.copy()
+        with PILImage.open(io.BytesIO(data)) as image:
+            return _prepare(image, data)
     except (UnidentifiedImageError, OSError, SyntaxError, PILImage.DecompressionBombError) as exc:
         raise ImageError(f"the image cannot be decoded ({exc})") from None
-    original = (width, height)
+
+
+def _prepare(image: PILImage.Image, data: bytes) -> PreparedImage:
+    fmt = image.format or ""
+    width, height = original = image.size
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ImageError(f"the image is too large to decode ({width}×{height} pixels)")
     fits = width <= MAX_IMAGE_SIDE and height <= MAX_IMAGE_SIDE
     if fits and fmt in _SENDABLE and len(data) <= MAX_IMAGE_BYTES:
+        image.load()  # it must decode to be worth sending
         return PreparedImage(
             base64.b64encode(data).decode("ascii"), _SENDABLE[fmt], original, original, False
         )
-    if not fits:
+    if fits:
+        image.load()
+    else:
         image.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE), PILImage.Resampling.LANCZOS)
     encoded, mime = _encode(image)
     side = max(image.size)
@@ -316,21 +323,10 @@ def _conversion_slots() -> asyncio.Semaphore:
 async def _convert_in_child(
     html: bytes, charset: str | None, timeout_s: float, max_chars: int | None
 ) -> Converted:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",  # no user site, no PYTHON* variables: only our code and the installed packages
-        "-c",
-        f"import sys; sys.path.insert(0, {str(_ROOT)!r}); "
-        "from tools.content import _conversion_worker; _conversion_worker()",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        # Nothing of ours (no API keys) is handed to a process that parses hostile pages.
-        env={
-            "LC_ALL": "C.UTF-8",
-            **{name: os.environ[name] for name in _CHILD_ENV if name in os.environ},
-        },
-    )
+    try:
+        process = await _start_child()
+    except OSError as exc:  # out of processes or memory: say so, as for any other failure
+        raise ConversionError(f"the converter could not be started ({exc})") from None
     header = json.dumps({"charset": charset, "max_chars": max_chars}).encode() + b"\n"
     try:
         async with asyncio.timeout(timeout_s):
@@ -351,6 +347,24 @@ async def _convert_in_child(
     if "error" in answer:
         raise ConversionError(str(answer["error"]))
     return Converted(str(answer["text"]), bool(answer["cut"]), bool(answer["flattened"]))
+
+
+async def _start_child() -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-I",  # no user site, no PYTHON* variables: only our code and the installed packages
+        "-c",
+        f"import sys; sys.path.insert(0, {str(_ROOT)!r}); "
+        "from tools.content import _conversion_worker; _conversion_worker()",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        # Nothing of ours (no API keys) is handed to a process that parses hostile pages.
+        env={
+            "LC_ALL": "C.UTF-8",
+            **{name: os.environ[name] for name in _CHILD_ENV if name in os.environ},
+        },
+    )
 
 
 def _conversion_worker() -> None:

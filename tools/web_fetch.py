@@ -247,9 +247,10 @@ def _deflate_wbits(head: bytes) -> int:
 class BodyDecoder:
     """Undoes a response's Content-Encoding layers as raw bytes arrive, bounded at every layer.
 
-    Each layer (and the raw input) stops after `limit` bytes, so the work is bounded by a few
-    times `limit` however the layers are stacked; decoded pieces are at most DECODE_CHUNK.
-    Raises DecodeError for an encoding it cannot undo.
+    The decoded output stops after `limit` bytes, and the raw input and every inner layer after
+    twice that (compressed data can be a little larger than what it holds), so the work is
+    bounded by a few times `limit` however the layers are stacked; decoded pieces are at most
+    DECODE_CHUNK. Raises DecodeError for an encoding it cannot undo.
     """
 
     def __init__(self, content_encoding: str, *, limit: int) -> None:
@@ -268,8 +269,13 @@ class BodyDecoder:
         self.limit = limit
         self.raw_bytes = 0
         self._raw_cut = False
+        inner_limit = 2 * limit + 1024
+        self._raw_limit = inner_limit if names else limit
         # Encodings are listed in the order they were applied: undo the last one first.
-        self._layers = [_Inflater(_ENCODING_ALIASES[name], limit) for name in reversed(names)]
+        self._layers = [
+            _Inflater(_ENCODING_ALIASES[name], limit if index == 0 else inner_limit)
+            for index, name in enumerate(names)
+        ][::-1]
 
     @property
     def cut(self) -> bool:
@@ -280,9 +286,9 @@ class BodyDecoder:
         if self._raw_cut:
             return
         self.raw_bytes += len(raw)
-        if self.raw_bytes >= self.limit:
+        if self.raw_bytes >= self._raw_limit:
             self._raw_cut = True
-            raw = raw[: len(raw) - (self.raw_bytes - self.limit)]
+            raw = raw[: len(raw) - (self.raw_bytes - self._raw_limit)]
         yield from self._through(0, raw)
 
     def finish(self) -> Iterator[bytes]:

@@ -470,9 +470,16 @@ def replace_file(
                         f"'{at.shown}' is {describe_kind(info.st_mode)}, not a regular file."
                     )
                 created, mode = unique, stat.S_IMODE(info.st_mode)
-            name = _write_temp_then_rename(at.dir_fd, at.name, at.shown, data, mode, unique)
+            try:
+                name = _write_temp_then_rename(at.dir_fd, at.name, at.shown, data, mode, unique)
+            except _DirectoryGone:
+                continue  # removed or replaced while we wrote into it: walk again
             return created, "/".join((*at.parts[:-1], name))
     raise ToolError(f"'{raw}' kept changing while it was being written; try again.")
+
+
+class _DirectoryGone(Exception):
+    """The directory we were writing into was deleted meanwhile."""
 
 
 def _write_temp_then_rename(
@@ -481,6 +488,8 @@ def _write_temp_then_rename(
     temp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
     try:
         fd = os.open(temp, _CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise _DirectoryGone from None
     except OSError as exc:
         raise _open_error(exc, shown) from None
     try:
@@ -501,6 +510,8 @@ def _write_temp_then_rename(
                 continue
             return candidate
         raise ToolError(f"No free name for '{shown}' (tried 1,000).")
+    except FileNotFoundError:
+        raise _DirectoryGone from None
     except OSError as exc:
         raise _open_error(exc, shown) from None
     finally:
