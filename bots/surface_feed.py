@@ -88,7 +88,8 @@ class SurfaceFeed:
                     await self.surface.emit(event)
                 except Exception:
                     log.exception("surface failed to show %s", event.type)
-                await self._record_ref()
+                if self._ref_moved():
+                    await self._record_ref()
             if self._closing:
                 break
             self._wake.clear()
@@ -97,7 +98,8 @@ class SurfaceFeed:
             await self.surface.close()
         except Exception:
             log.exception("surface failed to close")
-        await self._record_ref()
+        if self._ref_moved():
+            await self._record_ref()
         if self.dropped_deltas:
             log.info("a slow surface skipped %s text deltas", self.dropped_deltas)
 
@@ -108,11 +110,15 @@ class SurfaceFeed:
             log.exception("surface has no readable ref")
             return {}
 
+    def _ref_moved(self) -> bool:
+        try:
+            return self.surface.ref != self._ref
+        except Exception:
+            return False
+
     async def _record_ref(self) -> None:
-        ref = self._read_ref()
-        if ref == self._ref:
-            return
-        self._ref = ref
+        self._ref = self._read_ref()
+        ref = self._ref
         if self._run_id is None or self._on_ref_change is None:
             return
         try:

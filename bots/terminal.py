@@ -391,8 +391,9 @@ class _Chat:
             self.prompt()
 
     def idle(self) -> None:
-        """A run ended (its surface closed)."""
-        self.prompt()
+        """A surface closed: a run ended, or a steered line was taken in (no prompt yet)."""
+        if not self.runner.is_running(self.key):
+            self.prompt()
 
     async def send(self, text: str) -> None:
         surface = TerminalSurface(

@@ -14,6 +14,8 @@ Must not: import anything of ours outside `core`.
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -147,7 +149,15 @@ class AgentTool(ABC, Generic[P]):
 
 
 def tool_input_schema(parameters: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema a model sees for a parameters model, without pydantic's titles noise."""
+    """The JSON schema a model sees for a parameters model, without pydantic's titles noise.
+
+    Generating it costs most of a millisecond and every run asks for every tool's: it is made
+    once per parameters model, and each caller gets its own copy."""
+    return copy.deepcopy(_schema_of(parameters))
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_of(parameters: type[BaseModel]) -> dict[str, Any]:
     schema = parameters.model_json_schema()
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
