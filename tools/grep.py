@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import stat
 import sys
@@ -60,7 +61,18 @@ from tools.workspace import (
 
 MAX_LINE_CHARS = 500
 MAX_FILE_BYTES = 32 * 1024 * 1024
-BATCH_FILES = 256  # descriptors handed to one engine process
+
+
+def _batch_files() -> int:
+    """Descriptors handed to one engine process: a share of the open-file limit, so that many
+    greps at once never run out (a file that cannot be opened would be skipped silently)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(16, min(1024, soft // 32))
+
+
+BATCH_FILES = _batch_files()
 PYTHON_TIMEOUT_S = 30.0
 _WORKER = Path(__file__).with_name("grep_worker.py")
 

@@ -27,6 +27,7 @@ Must not: import anything of ours outside `core`.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import ipaddress
 import re
 import socket
@@ -76,6 +77,10 @@ MAX_ENCODING_LAYERS = 4
 ACCEPT_ENCODING = "gzip, deflate"
 _ENCODING_ALIASES = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
 _GZIP_MAGIC = b"\x1f\x8b"
+# Python text codecs that are transforms, not character sets (by their canonical names).
+_NOT_DOCUMENT_CHARSETS = frozenset(
+    {"punycode", "idna", "unicode-escape", "raw-unicode-escape", "undefined", "charmap"}
+)
 
 
 def is_forbidden_address(ip: IPAddress) -> str | None:
@@ -584,17 +589,25 @@ async def _tls_context() -> ssl.SSLContext:
 
 
 def _usable_charset(charset: str | None, url: httpx.URL, details: dict[str, Any]) -> str | None:
-    """The declared charset if Python can decode text with it; a clear error otherwise (not a
-    bare LookupError, and not a bytes-to-bytes codec such as 'zlib' or 'rot13')."""
+    """The declared charset if it is a character set Python can decode documents with; a clear
+    error otherwise (not a bare LookupError). Codecs that are not document character sets are
+    refused too: bytes-to-bytes ones ('zlib', 'rot13'), and text transforms such as 'punycode',
+    whose decoder takes quadratic time (100 KB: 6 s of pure Python)."""
     if charset is None:
         return None
     try:
-        b"a".decode(charset, "replace")  # (b"" is not checked: it decodes with anything)
+        info = codecs.lookup(charset)
     except LookupError:
         raise ToolError(
             f"{url} declares an unknown character set '{charset}', so its text cannot be read.",
             details=details,
         ) from None
+    if info.name in _NOT_DOCUMENT_CHARSETS or not getattr(info, "_is_text_encoding", True):
+        raise ToolError(
+            f"{url} declares the character set '{charset}', which is not one documents are "
+            "written in, so its text is not read.",
+            details=details,
+        )
     return charset
 
 
