@@ -31,12 +31,16 @@ import sys
 import tempfile
 import threading
 import time
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
+import libcst
+from mutmut.mutation.file_mutation import Mutation, create_mutations
+
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "devtools" / "mutation_equivalents.txt"
 
@@ -99,13 +103,13 @@ def default_files(root: Path) -> list[str]:
     return found
 
 
-def generate(file: str, source: str, max_count: int, seed: int) -> tuple[int, list[Mutant]]:
+def generate(
+    file: str, source: str, max_count: int, seed: int, match: str = ""
+) -> tuple[int, list[Mutant]]:
     """How many mutants mutmut makes inside the functions of `source`, and all of them or a
     seeded sample of `max_count` (in file order), each as a whole mutated file. The seed is
-    mixed with the file's name so adding a file does not change another file's sample."""
-    import libcst
-    from mutmut.mutation.file_mutation import create_mutations
-
+    mixed with the file's name so adding a file does not change another file's sample.
+    `match` keeps only mutants whose description contains it (before sampling)."""
     module, mutations, _classes, _functions = create_mutations(file, source)
     # module level mutations are left out: mutmut does not run those either
     inside = [
@@ -113,18 +117,29 @@ def generate(file: str, source: str, max_count: int, seed: int) -> tuple[int, li
         for index, mutation in enumerate(mutations, start=1)
         if mutation.contained_by_top_level_function is not None
     ]
-    if len(inside) > max_count:
-        chosen = set(random.Random(f"{seed}:{file}").sample(range(len(inside)), max_count))
-        picked = [item for position, item in enumerate(inside) if position in chosen]
-    else:
-        picked = inside
-    mutants: list[Mutant] = []
-    for index, mutation in picked:
-        mutated = module.deep_replace(mutation.original_node, mutation.mutated_node)
-        assert isinstance(mutated, libcst.Module)
-        line, text = describe(source, mutated.code)
-        mutants.append(Mutant(file=file, index=index, line=line, mutation=text, code=mutated.code))
-    return len(inside), mutants
+    total = len(inside)
+    if match:  # by text, so every mutant is rendered first (slow for a big file)
+        rendered = [_render(file, module, source, index, mutation) for index, mutation in inside]
+        chosen_by_text = [m for m in rendered if match in f"{m.line}: {m.mutation}"]
+        return total, _sample(chosen_by_text, max_count, seed, file)
+    picked = _sample(inside, max_count, seed, file)
+    return total, [_render(file, module, source, index, mutation) for index, mutation in picked]
+
+
+def _sample(items: list[T], max_count: int, seed: int, file: str) -> list[T]:
+    if len(items) <= max_count:
+        return items
+    chosen = set(random.Random(f"{seed}:{file}").sample(range(len(items)), max_count))
+    return [item for position, item in enumerate(items) if position in chosen]
+
+
+def _render(
+    file: str, module: libcst.Module, source: str, index: int, mutation: Mutation
+) -> Mutant:
+    mutated = module.deep_replace(mutation.original_node, mutation.mutated_node)
+    assert isinstance(mutated, libcst.Module)
+    line, text = describe(source, mutated.code)
+    return Mutant(file=file, index=index, line=line, mutation=text, code=mutated.code)
 
 
 def describe(original: str, mutated: str) -> tuple[int, str]:
@@ -201,19 +216,17 @@ class Coverage:
 
 
 def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> Coverage:
-    """Run the selected tests once under coverage.py, recording which test ran each line."""
+    """Run the selected tests once under coverage.py, recording which test ran each line
+    (see `devtools.mutation_contexts`) and how long each took."""
     from coverage import CoverageData
 
     data_file = copy / ".mutation-coverage"
-    junit = copy / ".mutation-junit.xml"
-    rc = copy / ".mutation-coveragerc"
-    rc.write_text("[run]\ndynamic_context = test_function\n", encoding="utf-8")
+    durations = copy / ".mutation-durations.json"
     command = [
         sys.executable,
         "-m",
         "coverage",
         "run",
-        f"--rcfile={rc}",
         f"--data-file={data_file}",
         f"--include={','.join(files)}",
         "-m",
@@ -221,12 +234,12 @@ def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> 
         "-q",
         "-p",
         "no:cacheprovider",
-        f"--junitxml={junit}",
+        "-p",
+        "devtools.mutation_contexts",
         *tests,
     ]
-    completed = subprocess.run(
-        command, cwd=copy, env=test_environment(copy), capture_output=True, text=True
-    )
+    env = {**test_environment(copy), "MUTATION_DURATIONS": str(durations)}
+    completed = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True)
     if completed.returncode != 0:
         log = Path(tempfile.gettempdir()) / "teammate-mutation-clean-run.log"
         log.write_text(completed.stdout + completed.stderr, encoding="utf-8")
@@ -241,39 +254,10 @@ def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> 
     for file in files:
         by_line = data.contexts_by_lineno(str(copy / file))
         tests_by_line[file] = {
-            line: {node for context in contexts if (node := _node_id(copy, context))}
-            for line, contexts in by_line.items()
+            line: {context for context in contexts if context} for line, contexts in by_line.items()
         }
-    return Coverage(tests_by_line, _durations(junit))
-
-
-def _node_id(copy: Path, context: str) -> str | None:
-    """`tests.core.test_loop.test_x` (or `….TestClass.test_x`) to a pytest node id."""
-    parts = context.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        module = Path(copy, *parts[:cut]).with_suffix(".py")
-        if module.is_file():
-            return "::".join([module.relative_to(copy).as_posix(), *parts[cut:]])
-    return None
-
-
-def _durations(junit: Path) -> dict[str, float]:
-    durations: dict[str, float] = {}
-    for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        classname, name = case.get("classname", ""), case.get("name", "")
-        test = name.split("[", 1)[0]
-        node = _classname_to_node(classname, test)
-        durations[node] = durations.get(node, 0.0) + float(case.get("time", "0") or 0)
-    return durations
-
-
-def _classname_to_node(classname: str, test: str) -> str:
-    parts = classname.split(".")
-    # junit classnames are module path dotted, then any class
-    for cut in range(len(parts), 0, -1):
-        if (ROOT / Path(*parts[:cut])).with_suffix(".py").is_file():
-            return "::".join([Path(*parts[:cut]).as_posix() + ".py", *parts[cut:], test])
-    return "::".join([classname.replace(".", "/") + ".py", test])
+    seconds: dict[str, float] = json.loads(durations.read_text(encoding="utf-8"))
+    return Coverage(tests_by_line, seconds)
 
 
 # -- running mutants -----------------------------------------------------------------------------
@@ -442,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="mutants run at once")
     parser.add_argument("--tests", nargs="+", default=["tests"], help="pytest selection")
     parser.add_argument("--equivalents", type=Path, default=EQUIVALENTS)
+    parser.add_argument("--match", default="", help="only mutants whose `line: change` has this")
     parser.add_argument("--list", action="store_true", help="list the sample; run nothing")
     args = parser.parse_args(argv)
 
@@ -462,7 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampled: list[Mutant] = []
         for file in files:
             source = (ROOT / file).read_text(encoding="utf-8")
-            generated[file], mutants = generate(file, source, args.max_per_file, args.seed)
+            generated[file], mutants = generate(
+                file, source, args.max_per_file, args.seed, args.match
+            )
             sampled += mutants
         os.chdir(ROOT)
         if args.list:
