@@ -351,16 +351,14 @@ class SqliteStore:
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
                 (conversation_key, channel_key, title, now, now),
             )
-            conversation = rows.conversation_by(db, "key", conversation_key)
-            assert conversation is not None
             # New means nothing was ever said here: no history and nothing accepted before.
-            created = (
-                int(rows.conversation_row(db, conversation.id, "last_seq")[0]) == 0
-                and db.execute(
-                    "SELECT 1 FROM inbox WHERE conversation_id = ? LIMIT 1", (conversation.id,)
-                ).fetchone()
-                is None
-            )
+            row = db.execute(
+                f"SELECT {rows.CONVERSATION_COLUMNS}, last_seq = 0 AND NOT EXISTS "
+                "(SELECT 1 FROM inbox WHERE inbox.conversation_id = conversations.id) "
+                "FROM conversations WHERE key = ?",
+                (conversation_key,),
+            ).fetchone()
+            conversation, created = rows.conversation_from(row), bool(row[-1])
             if created:
                 for earlier, earlier_json in backfill_json:
                     rows.append_message(db, conversation.id, earlier, earlier_json, None, now)
