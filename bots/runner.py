@@ -295,7 +295,10 @@ class ConversationRunner:
                 await self._adopt_pending(state)
             while True:
                 if state.dropping:
-                    await self._drop(state, None)
+                    try:
+                        await self._drop(state, None)
+                    except Exception:  # they stay pending in the store; recovery retries
+                        log.exception("could not drop stopped messages in %s", key)
                     continue
                 if not state.inbox or self._closing:
                     # Nothing awaits between this check and leaving the map: a message
@@ -303,6 +306,9 @@ class ConversationRunner:
                     del self._active[key]
                     break
                 await self._guarded_run(state, list(state.inbox.values()))
+        except Exception:
+            # Messages not yet delivered stay pending in the store; `recover()` answers them.
+            log.exception("the driver of %s failed", key)
         finally:
             if self._active.get(key) is state:
                 del self._active[key]
