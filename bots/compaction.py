@@ -1,8 +1,8 @@
 """Compaction: summarise older turns before a conversation overflows the model's context.
 
 Owns: token estimates, the decision to compact, where to cut (never inside a tool batch, so a
-call and its result stay together), and asking the model for a structured summary. The runner
-stores the result, so a long thread is summarised once, not on every turn.
+call and its result stay together), asking the model for a structured summary, and storing it
+(`compact_if_needed`), so a long thread is summarised once, not on every turn.
 
 The size of a context is measured the way the provider counts it where possible: the usage of
 the last assistant reply (everything the model was sent plus what it wrote), plus an estimate of
@@ -13,8 +13,11 @@ under-counts nothing common enough to matter for a reserve of thousands of token
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
+from bots.prompt import summary_text
+from bots.settings import CompactionSettings
 from core.messages import (
     AssistantMessage,
     Image,
@@ -26,7 +29,9 @@ from core.messages import (
     UserMessage,
 )
 from core.models.base import Model, ModelRequest, StreamEnd
-from storage.base import StoredMessage
+from storage.base import Conversation, ConversationStore, LoadedConversation, StoredMessage
+
+log = logging.getLogger(__name__)
 
 IMAGE_TOKENS = 1_600
 TOOL_RESULT_CHARS_IN_TRANSCRIPT = 2_000
@@ -220,3 +225,48 @@ async def summarize(model: Model, previous_summary: str | None, messages: list[M
     if summary is None:
         raise CompactionFailed(AssistantMessage(stop_reason="error", error_message="nothing to do"))
     return summary
+
+
+def context_messages(loaded: LoadedConversation) -> list[Message]:
+    """What a run sends from a loaded conversation: the summary (if any), then the messages."""
+    messages: list[Message] = []
+    if loaded.compaction is not None and loaded.compaction.summary:
+        messages.append(UserMessage(content=summary_text(loaded.compaction.summary)))
+    messages.extend(stored.message for stored in loaded.messages)
+    return messages
+
+
+async def compact_if_needed(
+    store: ConversationStore,
+    settings: CompactionSettings,
+    conversation: Conversation,
+    loaded: LoadedConversation,
+    model: Model,
+    *,
+    force: bool,
+) -> LoadedConversation:
+    """Summarise older turns and store the summary if the next request would not fit (or if
+    `force`, after the model reported an overflow). Returns what the run should send from."""
+    tokens = context_tokens(context_messages(loaded))
+    window = model.info.context_window
+    if not force and not needs_compaction(tokens, window, settings.reserve_tokens):
+        return loaded
+    keep = settings.keep_recent_tokens if not force else settings.keep_recent_tokens // 2
+    cut = find_cut(loaded.messages, keep)
+    if cut is None:
+        return loaded
+    previous = loaded.compaction.summary if loaded.compaction else None
+    try:
+        summary = await summarize(model, previous, [stored.message for stored in cut.older])
+    except CompactionFailed as failed:
+        log.warning("compaction of %s failed: %s", conversation.key, failed)
+        return loaded
+    up_to = cut.older[-1].seq
+    stored = await store.add_compaction(
+        conversation.id,
+        summary,
+        up_to,
+        {"tokens_before": tokens, "messages_summarised": len(cut.older)},
+    )
+    log.info("compacted %s up to seq %s (%s tokens)", conversation.key, up_to, tokens)
+    return LoadedConversation(conversation=conversation, compaction=stored, messages=cut.recent)

@@ -26,11 +26,12 @@ from bots.access import access_refusal
 from bots.attachments import files_out, user_message
 from bots.budgets import budget_refusal
 from bots.errors import describe_model_error, new_reference, unexpected_failure_text
+from bots.inbox import ConversationState, Queued, RunState, Unseen
 from bots.incoming import Incoming
-from bots.prompt import backfill_message, summary_text, system_prompt
+from bots.prompt import backfill_message, system_prompt
 from bots.recovery import INTERRUPTED_TEXT, OWNER, owner_alive
 from bots.settings import Settings
-from bots.surface import Notice, RunFinished, RunStarted, Surface, SurfaceEvent, SurfaceFactory
+from bots.surface import Notice, RunFinished, RunStarted, Surface, SurfaceFactory
 from bots.surface_feed import SurfaceFeed
 from bots.workspaces import Workspaces
 from core.events import AgentEnd, MessageEnd, ToolExecutionEnd
@@ -42,7 +43,6 @@ from core.messages import (
     Message,
     ToolResultMessage,
     Usage,
-    UserMessage,
 )
 from core.models.base import Model
 from core.tools import AnyTool
@@ -50,7 +50,6 @@ from storage.base import (
     Accepted,
     Conversation,
     ConversationStore,
-    InboxItem,
     LoadedConversation,
     RunOutcome,
     RunRecord,
@@ -65,91 +64,6 @@ DELIVERY_MEMORY_S = 7 * 24 * 3600
 QUEUED_TEXT = "Got it. I'm still working on an earlier message here; I'll read this one next."
 DELIVERED_TEXT = "I've read this and I'm taking it into account."
 STALE_STOP_TEXT = "That answer has already finished; nothing was stopped."
-QUOTE_CHARS = 60
-
-
-class _Queued:
-    """An accepted message waiting in a conversation's inbox, with its sender's surface."""
-
-    __slots__ = ("feed", "item")
-
-    def __init__(self, item: InboxItem, feed: SurfaceFeed | None) -> None:
-        self.item = item
-        self.feed = feed
-
-    @property
-    def author(self) -> Author | None:
-        message = self.item.message
-        return message.author if isinstance(message, UserMessage) else None
-
-    def quote(self) -> str:
-        said = self.item.message.text().split("\n", 1)[-1].strip()
-        said = " ".join(said.split())
-        if len(said) > QUOTE_CHARS:
-            said = said[: QUOTE_CHARS - 1] + "…"
-        who = f"{self.author.name}: " if self.author else ""
-        return f"{who}“{said}”"
-
-
-class _Run:
-    """The run a driver is working on: its record, surface and loop control."""
-
-    def __init__(self, feed: SurfaceFeed) -> None:
-        self.id: int | None = None
-        self.feed = feed
-        self.control = RunControl()
-        self.stop_reason: str | None = None
-        self.accepting = False  # the loop is running and takes steering
-        # Steered messages by identity: the loop's message_end names the very object.
-        self.steered: dict[int, _Queued] = {}
-
-    def new_control(self) -> RunControl:
-        """A fresh control for an attempt (a retry never inherits the last one's steering)."""
-        self.control = RunControl()
-        self.steered = {}
-        if self.stop_reason is not None:
-            self.control.cancel(self.stop_reason)
-        return self.control
-
-    def steer(self, queued: _Queued) -> None:
-        if self.accepting:
-            self.steered[id(queued.item.message)] = queued
-            self.control.steer(queued.item.message)
-
-    def cancel(self, reason: str) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        self.control.cancel(reason)
-
-
-class _Conversation:
-    """A conversation with a driver: its inbox (arrival order) and its current run."""
-
-    def __init__(self, conversation: Conversation) -> None:
-        self.conversation = conversation
-        self.inbox: dict[int, _Queued] = {}
-        self.dropping: list[_Queued] = []  # stopped: to be dropped and told
-        self.drop_reason = ""
-        self.run: _Run | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.done = asyncio.Event()
-
-
-class _Unseen:
-    """Where a run goes whose sender can no longer be shown anything (after a restart)."""
-
-    def __init__(self, ref: dict[str, Any]) -> None:
-        self._ref = ref
-
-    @property
-    def ref(self) -> dict[str, Any]:
-        return self._ref
-
-    async def emit(self, event: SurfaceEvent) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 class ConversationRunner:
@@ -174,7 +88,7 @@ class ConversationRunner:
         self._surfaces = surfaces
         self._clock = clock
         self._models: dict[str, Model] = {}
-        self._active: dict[str, _Conversation] = {}
+        self._active: dict[str, ConversationState] = {}
         self._feeds: dict[str, set[SurfaceFeed]] = {}  # still showing, per conversation
         self._workspaces = Workspaces(settings.workspaces_dir)
         self._closing = False
@@ -229,10 +143,10 @@ class ConversationRunner:
         """Join the conversation's driver, or start one: one step, with no await in it."""
         key = accepted.conversation.key
         feed = self._feed(key, surface)
-        queued = _Queued(accepted.item, feed)
+        queued = Queued(accepted.item, feed)
         state = self._active.get(key)
         if state is None:
-            state = _Conversation(accepted.conversation)
+            state = ConversationState(accepted.conversation)
             state.inbox[accepted.item.id] = queued
             self._start_driver(state)
             return "started"
@@ -364,24 +278,27 @@ class ConversationRunner:
             if conversation.key in self._active:
                 continue
             log.info("answering messages left in %s's inbox", conversation.key)
-            self._start_driver(_Conversation(conversation), adopt=True)
+            self._start_driver(ConversationState(conversation), adopt=True)
         return recovered
 
     # -- one conversation's driver ---------------------------------------------------------
 
-    def _start_driver(self, state: _Conversation, *, adopt: bool = False) -> None:
+    def _start_driver(self, state: ConversationState, *, adopt: bool = False) -> None:
         key = state.conversation.key
         self._active[key] = state
         state.task = asyncio.create_task(self._drive(state, adopt), name=f"conversation:{key}")
 
-    async def _drive(self, state: _Conversation, adopt: bool) -> None:
+    async def _drive(self, state: ConversationState, adopt: bool) -> None:
         key = state.conversation.key
         try:
             if adopt:
                 await self._adopt_pending(state)
             while True:
                 if state.dropping:
-                    await self._drop(state, None)
+                    try:
+                        await self._drop(state, None)
+                    except Exception:  # they stay pending in the store; recovery retries
+                        log.exception("could not drop stopped messages in %s", key)
                     continue
                 if not state.inbox or self._closing:
                     # Nothing awaits between this check and leaving the map: a message
@@ -389,12 +306,15 @@ class ConversationRunner:
                     del self._active[key]
                     break
                 await self._guarded_run(state, list(state.inbox.values()))
+        except Exception:
+            # Messages not yet delivered stay pending in the store; `recover()` answers them.
+            log.exception("the driver of %s failed", key)
         finally:
             if self._active.get(key) is state:
                 del self._active[key]
             state.done.set()
 
-    async def _adopt_pending(self, state: _Conversation) -> None:
+    async def _adopt_pending(self, state: ConversationState) -> None:
         """Take in messages the store holds but this process does not know (accepted before a
         crash): at start-up, from `recover()`."""
         pending = await self.store.pending(state.conversation.id)
@@ -402,7 +322,7 @@ class ConversationRunner:
         missing = [item for item in pending if item.id not in known]
         if not missing:
             return
-        merged = {item.id: _Queued(item, None) for item in missing} | state.inbox
+        merged = {item.id: Queued(item, None) for item in missing} | state.inbox
         state.inbox = dict(sorted(merged.items()))
         for queued in state.inbox.values():  # the first's surface shows the follow-up run
             if queued.feed is None:
@@ -410,11 +330,11 @@ class ConversationRunner:
                 if surface is not None:
                     queued.feed = self._feed(state.conversation.key, surface)
 
-    async def _guarded_run(self, state: _Conversation, batch: list[_Queued]) -> None:
+    async def _guarded_run(self, state: ConversationState, batch: list[Queued]) -> None:
         lead = batch[0]
         key = state.conversation.key
-        feed = lead.feed or self._feed(key, _Unseen(lead.item.surface_ref))
-        run = _Run(feed)
+        feed = lead.feed or self._feed(key, Unseen(lead.item.surface_ref))
+        run = RunState(feed)
         state.run = run
         try:
             await self._run(state, run, batch)
@@ -444,7 +364,7 @@ class ConversationRunner:
             state.run = None
             run.feed.close()
 
-    async def _run(self, state: _Conversation, run: _Run, batch: list[_Queued]) -> None:
+    async def _run(self, state: ConversationState, run: RunState, batch: list[Queued]) -> None:
         conversation = state.conversation
         for queued in batch:  # this run's own messages: never steered, never dropped
             state.inbox.pop(queued.item.id, None)
@@ -475,7 +395,7 @@ class ConversationRunner:
         loaded = await self.store.load(conversation.id)
         tools = list(self._toolset_factory(conversation.channel_key))
         prompt = self._system_prompt(conversation.channel_key, tools)
-        loaded = await self._compact_if_needed(conversation, loaded, model, run.feed, force=False)
+        loaded = await self._compact(conversation, loaded, model, force=False)
         config = LoopConfig(
             max_turns=self.settings.max_turns,
             max_tokens=self.settings.max_output_tokens,
@@ -490,7 +410,7 @@ class ConversationRunner:
             run.accepting = True
             for queued in state.inbox.values():
                 run.steer(queued)
-            context = AgentContext(prompt, self._context_messages(loaded), tools)
+            context = AgentContext(prompt, compaction.context_messages(loaded), tools)
             try:
                 end = await self._stream_run(context, model, state, run, control, config)
             finally:
@@ -506,9 +426,7 @@ class ConversationRunner:
             # Reloaded: steering delivered before the overflow is in history now; what was
             # not delivered is still in the inbox and goes to the retry's fresh control.
             loaded = await self.store.load(conversation.id)
-            loaded = await self._compact_if_needed(
-                conversation, loaded, model, run.feed, force=True
-            )
+            loaded = await self._compact(conversation, loaded, model, force=True)
 
         outcome: RunOutcome
         error_text: str | None = None
@@ -530,8 +448,8 @@ class ConversationRunner:
         self,
         context: AgentContext,
         model: Model,
-        state: _Conversation,
-        run: _Run,
+        state: ConversationState,
+        run: RunState,
         control: RunControl,
         config: LoopConfig,
     ) -> AgentEnd:
@@ -557,7 +475,7 @@ class ConversationRunner:
         assert end is not None  # run_agent always ends with AgentEnd
         return end
 
-    async def _delivered(self, state: _Conversation, run: _Run, message: Message) -> None:
+    async def _delivered(self, state: ConversationState, run: RunState, message: Message) -> None:
         """The loop delivered a steered message: it enters history here, in that order."""
         queued = run.steered.get(id(message))
         if queued is None:
@@ -569,7 +487,7 @@ class ConversationRunner:
         await self.store.deliver(state.conversation.id, [queued.item.id], run_id=run.id)
         self._acknowledge(queued, DELIVERED_TEXT)
 
-    async def _drop(self, state: _Conversation, run_feed: SurfaceFeed | None) -> None:
+    async def _drop(self, state: ConversationState, run_feed: SurfaceFeed | None) -> None:
         """Drop stopped messages for good and tell everyone which ones go unanswered."""
         dropped, state.dropping = state.dropping, []
         if not dropped:
@@ -591,57 +509,19 @@ class ConversationRunner:
                 queued.feed.put(Notice(text, "warning", audience=queued.author))
                 queued.feed.close()
 
-    def _acknowledge(self, queued: _Queued, text: str) -> None:
+    def _acknowledge(self, queued: Queued, text: str) -> None:
         if queued.feed is not None:
             queued.feed.put(Notice(text, "info", audience=queued.author))
             queued.feed.close()
 
-    # -- compaction ------------------------------------------------------------------------
-
-    def _context_messages(self, loaded: LoadedConversation) -> list[Message]:
-        messages: list[Message] = []
-        if loaded.compaction is not None and loaded.compaction.summary:
-            messages.append(UserMessage(content=summary_text(loaded.compaction.summary)))
-        messages.extend(stored.message for stored in loaded.messages)
-        return messages
-
-    async def _compact_if_needed(
-        self,
-        conversation: Conversation,
-        loaded: LoadedConversation,
-        model: Model,
-        feed: SurfaceFeed,
-        *,
-        force: bool,
-    ) -> LoadedConversation:
-        settings = self.settings.compaction
-        tokens = compaction.context_tokens(self._context_messages(loaded))
-        window = model.info.context_window
-        if not force and not compaction.needs_compaction(tokens, window, settings.reserve_tokens):
-            return loaded
-        keep = settings.keep_recent_tokens if not force else settings.keep_recent_tokens // 2
-        cut = compaction.find_cut(loaded.messages, keep)
-        if cut is None:
-            return loaded
-        previous = loaded.compaction.summary if loaded.compaction else None
-        try:
-            summary = await compaction.summarize(
-                model, previous, [stored.message for stored in cut.older]
-            )
-        except compaction.CompactionFailed as failed:
-            log.warning("compaction of %s failed: %s", conversation.key, failed)
-            return loaded
-        up_to = cut.older[-1].seq
-        stored = await self.store.add_compaction(
-            conversation.id,
-            summary,
-            up_to,
-            {"tokens_before": tokens, "messages_summarised": len(cut.older)},
-        )
-        log.info("compacted %s up to seq %s (%s tokens)", conversation.key, up_to, tokens)
-        return LoadedConversation(conversation=conversation, compaction=stored, messages=cut.recent)
-
     # -- building blocks -------------------------------------------------------------------
+
+    async def _compact(
+        self, conversation: Conversation, loaded: LoadedConversation, model: Model, *, force: bool
+    ) -> LoadedConversation:
+        return await compaction.compact_if_needed(
+            self.store, self.settings.compaction, conversation, loaded, model, force=force
+        )
 
     def _model(self, channel_key: str) -> Model:
         model_id = self.settings.model_for(channel_key)

@@ -60,6 +60,9 @@ from storage.sqlite_thread import Body, DbThread, nothing
 T = TypeVar("T")
 Clock = Callable[[], float]
 
+# How many accepted, not yet delivered messages a store keeps in memory (see `_accepted`).
+_ACCEPTED_KEPT = 4096
+
 
 class SqliteStore:
     """Persisted conversations in one SQLite file. Open with `SqliteStore.open(path)`:
@@ -76,6 +79,11 @@ class SqliteStore:
         self._path = path
         self._clock = clock
         self._closed = False
+        # Messages this process accepted and has not yet delivered or dropped, by inbox item id
+        # (with their conversation): `deliver` hands back the very object accepted instead of
+        # parsing it again on the database thread, where parsing holds the GIL. Bounded; a miss
+        # (a restart, a cancelled caller, eviction) just parses the stored body.
+        self._accepted: dict[int, tuple[int, Message]] = {}
         # Unclosed and forgotten: stop the thread (it closes the connection) instead of leaking.
         self._finalizer = weakref.finalize(self, db.stop)
 
@@ -343,16 +351,14 @@ class SqliteStore:
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
                 (conversation_key, channel_key, title, now, now),
             )
-            conversation = rows.conversation_by(db, "key", conversation_key)
-            assert conversation is not None
             # New means nothing was ever said here: no history and nothing accepted before.
-            created = (
-                int(rows.conversation_row(db, conversation.id, "last_seq")[0]) == 0
-                and db.execute(
-                    "SELECT 1 FROM inbox WHERE conversation_id = ? LIMIT 1", (conversation.id,)
-                ).fetchone()
-                is None
-            )
+            row = db.execute(
+                f"SELECT {rows.CONVERSATION_COLUMNS}, last_seq = 0 AND NOT EXISTS "
+                "(SELECT 1 FROM inbox WHERE inbox.conversation_id = conversations.id) "
+                "FROM conversations WHERE key = ?",
+                (conversation_key,),
+            ).fetchone()
+            conversation, created = rows.conversation_from(row), bool(row[-1])
             if created:
                 for earlier, earlier_json in backfill_json:
                     rows.append_message(db, conversation.id, earlier, earlier_json, None, now)
@@ -371,7 +377,12 @@ class SqliteStore:
             )
             return Accepted(conversation=conversation, item=item, created=created)
 
-        return await self._write(body)
+        accepted = await self._write(body)
+        if accepted is not None:  # committed: its id is final
+            if len(self._accepted) >= _ACCEPTED_KEPT:
+                del self._accepted[next(iter(self._accepted))]
+            self._accepted[accepted.item.id] = (accepted.conversation.id, message)
+        return accepted
 
     async def pending(self, conversation_id: int) -> list[InboxItem]:
         """Inbox items neither delivered nor dropped, in arrival order."""
@@ -406,6 +417,11 @@ class SqliteStore:
         delivered, in one transaction; items already settled are skipped."""
         ids = list(item_ids)
         now = self._clock()
+        known = {
+            item_id: entry[1]
+            for item_id in ids
+            if (entry := self._accepted.get(item_id)) is not None and entry[0] == conversation_id
+        }
 
         def body(db: sqlite3.Connection) -> list[StoredMessage]:
             items = rows.inbox_rows(db, conversation_id, ids)
@@ -416,7 +432,9 @@ class SqliteStore:
                     continue
                 assert body_json is not None  # a pending item keeps its body
                 items[item_id] = ("delivered", None)  # an id given twice is delivered once
-                message = load_message(body_json)
+                message = known.get(item_id)
+                if message is None:
+                    message = load_message(body_json)
                 seq = rows.append_message(db, conversation_id, message, body_json, run_id, now)
                 db.execute(
                     "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, "
@@ -426,7 +444,9 @@ class SqliteStore:
                 stored.append(StoredMessage(seq=seq, message=message))
             return stored
 
-        return await self._write(body)
+        stored = await self._write(body)
+        self._forget(ids)
+        return stored
 
     async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
         """Mark pending items as not to be answered; they never enter history."""
@@ -442,6 +462,12 @@ class SqliteStore:
             )
 
         await self._write(body)
+        self._forget(ids)
+
+    def _forget(self, item_ids: list[int]) -> None:
+        """Settled items (delivered or dropped, now or before) need no kept message."""
+        for item_id in item_ids:
+            self._accepted.pop(item_id, None)
 
     # --- runs -----------------------------------------------------------------------------
 

@@ -51,8 +51,11 @@ def conversation_by(
     row = db.execute(
         f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE {column} = ?", (value,)
     ).fetchone()
-    if row is None:
-        return None
+    return None if row is None else conversation_from(row)
+
+
+def conversation_from(row: Sequence[Any]) -> Conversation:
+    """A row that starts with `CONVERSATION_COLUMNS`."""
     return Conversation(
         id=int(row[0]),
         key=str(row[1]),

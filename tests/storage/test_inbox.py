@@ -216,6 +216,7 @@ async def test_deliver_appends_in_the_order_given_and_is_idempotent(
     again = await store.deliver(conversation_id, [c.item.id, b.item.id])
 
     assert [s.seq for s in first] == [1]
+    assert first[0].message is a.item.message  # handed back as accepted, not parsed again
     assert [s.seq for s in later] == [3, 4]
     assert texts([s.message for s in later]) == ["c", "b"]
     assert again == []
@@ -285,6 +286,8 @@ async def test_the_inbox_survives_a_restart(db_path: Path, clock: FakeClock) -> 
     async with SqliteStore.open(db_path, clock=clock) as restarted:
         assert await restarted.pending_conversations() == [a.conversation.id]
         assert await restarted.pending(a.conversation.id) == [b.item]
+        [stored] = await restarted.deliver(a.conversation.id, [b.item.id])
+        assert stored.message == b.item.message  # read back from the file this time
         assert (
             await restarted.accept_delivery(KEY, user("b"), channel_key=CHANNEL, delivery_id="ev-b")
             is None

@@ -1,0 +1,105 @@
+"""What a conversation's driver holds: its inbox of accepted messages and its current run.
+
+Owns: `Queued` (an accepted message with its sender's surface), `RunState` (a run's record id,
+surface, loop control and the steered messages by identity), `ConversationState` (the inbox in
+arrival order, messages being dropped by a stop, the current run, the driver task) and `Unseen`
+(a surface for a sender nobody can show anything to any more). The runner (`bots.runner`) is
+the only user; nothing here awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from bots.surface import SurfaceEvent
+from bots.surface_feed import SurfaceFeed
+from core.loop import RunControl
+from core.messages import Author, UserMessage
+from storage.base import Conversation, InboxItem
+
+QUOTE_CHARS = 60
+
+
+class Queued:
+    """An accepted message waiting in a conversation's inbox, with its sender's surface."""
+
+    __slots__ = ("feed", "item")
+
+    def __init__(self, item: InboxItem, feed: SurfaceFeed | None) -> None:
+        self.item = item
+        self.feed = feed
+
+    @property
+    def author(self) -> Author | None:
+        message = self.item.message
+        return message.author if isinstance(message, UserMessage) else None
+
+    def quote(self) -> str:
+        said = self.item.message.text().split("\n", 1)[-1].strip()
+        said = " ".join(said.split())
+        if len(said) > QUOTE_CHARS:
+            said = said[: QUOTE_CHARS - 1] + "…"
+        who = f"{self.author.name}: " if self.author else ""
+        return f"{who}“{said}”"
+
+
+class RunState:
+    """The run a driver is working on: its record, surface and loop control."""
+
+    def __init__(self, feed: SurfaceFeed) -> None:
+        self.id: int | None = None
+        self.feed = feed
+        self.control = RunControl()
+        self.stop_reason: str | None = None
+        self.accepting = False  # the loop is running and takes steering
+        # Steered messages by identity: the loop's message_end names the very object.
+        self.steered: dict[int, Queued] = {}
+
+    def new_control(self) -> RunControl:
+        """A fresh control for an attempt (a retry never inherits the last one's steering)."""
+        self.control = RunControl()
+        self.steered = {}
+        if self.stop_reason is not None:
+            self.control.cancel(self.stop_reason)
+        return self.control
+
+    def steer(self, queued: Queued) -> None:
+        if self.accepting:
+            self.steered[id(queued.item.message)] = queued
+            self.control.steer(queued.item.message)
+
+    def cancel(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.control.cancel(reason)
+
+
+class ConversationState:
+    """A conversation with a driver: its inbox (arrival order) and its current run."""
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.inbox: dict[int, Queued] = {}
+        self.dropping: list[Queued] = []  # stopped: to be dropped and told
+        self.drop_reason = ""
+        self.run: RunState | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.done = asyncio.Event()
+
+
+class Unseen:
+    """Where a run goes whose sender can no longer be shown anything (after a restart)."""
+
+    def __init__(self, ref: dict[str, Any]) -> None:
+        self._ref = ref
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return self._ref
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
