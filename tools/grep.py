@@ -171,7 +171,9 @@ class GrepTool(AgentTool[GrepParams]):
                         if matches is None:
                             engine = "python"  # rg refused a pattern Python accepts
                     if matches is None:
-                        matches = await _search_python(batch, source, params, wanted, deadline)
+                        matches = await _search_python(
+                            batch, source, params, wanted, deadline, self.python_timeout_s
+                        )
                     found.extend(matches)
                 finally:
                     for file in batch:
@@ -290,7 +292,12 @@ def _clip(match: Match) -> str:
 
 
 async def _search_python(
-    batch: list[_File], source: str, params: GrepParams, wanted: int, deadline: float
+    batch: list[_File],
+    source: str,
+    params: GrepParams,
+    wanted: int,
+    deadline: float,
+    timeout_s: float,
 ) -> list[Match]:
     """Matches from the Python worker process, killed at `deadline` or on cancellation."""
     request = {
@@ -320,7 +327,7 @@ async def _search_python(
     except TimeoutError:
         raise ToolError(
             "The regular expression took too long to run (stopped after "
-            f"{PYTHON_TIMEOUT_S:.0f} s). It probably backtracks catastrophically (nested "
+            f"{timeout_s:g} s). It probably backtracks catastrophically (nested "
             "quantifiers like '(a+)+', or backreferences); simplify it or search a narrower path."
         ) from None
     finally:
