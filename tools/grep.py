@@ -350,7 +350,9 @@ async def _search_rg(
 ) -> list[Match] | None:
     """Matches from ripgrep, or None if rg cannot compile the pattern."""
     # One thread: files are searched, and reported, in the order given (the walk's order).
-    args = [rg, "--json", "--no-config", "--no-messages", "--threads=1"]
+    # `--max-count`: no file sends more matching lines than can still be shown, so what is
+    # parsed here stays bounded (a file's matches are held until rg says it was not binary).
+    args = [rg, "--json", "--no-config", "--no-messages", "--threads=1", f"--max-count={wanted}"]
     if params.ignore_case:
         args.append("--ignore-case")
     if params.literal:
