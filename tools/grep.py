@@ -195,7 +195,7 @@ def _start_walk(
                 kind = "dir"
             else:
                 try:
-                    mode = os.stat(at.name, dir_fd=at.dir_fd).st_mode
+                    mode = os.stat(at.name, dir_fd=at.dir_fd, follow_symlinks=False).st_mode
                 except OSError:
                     raise ToolError(f"Path not found: '{shown}'.") from None
                 if stat.S_ISDIR(mode):
