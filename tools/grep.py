@@ -38,7 +38,8 @@ import resource
 import shutil
 import stat
 import sys
-from collections.abc import Generator, Iterator
+import threading
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -46,7 +47,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult
-from tools.globs import compile_glob
+from tools.globs import GlobMatcher, compile_glob
 from tools.truncation import DEFAULT_MAX_BYTES, format_size, truncate_head
 from tools.workspace import (
     MAX_WALK_DEPTH,
@@ -159,7 +160,8 @@ class GrepTool(AgentTool[GrepParams]):
         deadline = asyncio.get_running_loop().time() + self.python_timeout_s
         try:
             while len(found) <= params.limit:
-                batch = await asyncio.to_thread(_next_batch, files)
+                batch = await asyncio.to_thread(files.next_batch)
+                files.claim()
                 if not batch:
                     break
                 try:
@@ -171,7 +173,9 @@ class GrepTool(AgentTool[GrepParams]):
                         if matches is None:
                             engine = "python"  # rg refused a pattern Python accepts
                     if matches is None:
-                        matches = await _search_python(batch, source, params, wanted, deadline)
+                        matches = await _search_python(
+                            batch, source, params, wanted, deadline, self.python_timeout_s
+                        )
                     found.extend(matches)
                 finally:
                     for file in batch:
@@ -182,9 +186,52 @@ class GrepTool(AgentTool[GrepParams]):
         return _render(found, params, shown, engine, stats.too_deep)
 
 
-def _start_walk(
-    ctx: ToolContext, params: GrepParams, stats: WalkStats
-) -> tuple[Generator[_File, None, None], str]:
+class _Files:
+    """The files to search, handed out in batches from a worker thread. If the tool is
+    cancelled while a batch is being made, `close` (which waits for it) closes that batch's
+    descriptors too; a walk never started is closed when collected."""
+
+    def __init__(self, files: Generator[_File, None, None], fd: int) -> None:
+        self._files = files
+        self._fd = fd  # the file or top directory the walk starts from; ours to close
+        self._lock = threading.Lock()
+        self._unclaimed: list[_File] = []
+        self._closed = False
+
+    def next_batch(self) -> list[_File]:
+        with self._lock:
+            if self._closed:
+                return []
+            batch: list[_File] = []
+            for file in self._files:
+                batch.append(file)
+                if len(batch) >= BATCH_FILES:
+                    break
+            self._unclaimed = batch
+            return batch
+
+    def claim(self) -> None:
+        """The batch last made now belongs to the caller."""
+        self._unclaimed = []
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for file in self._unclaimed:
+                with contextlib.suppress(OSError):
+                    os.close(file.fd)
+            self._unclaimed = []
+            self._files.close()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __del__(self) -> None:
+        if not self._closed:
+            self.close()
+
+
+def _start_walk(ctx: ToolContext, params: GrepParams, stats: WalkStats) -> tuple[_Files, str]:
     """The files to search, opened one by one as the walk goes (blocking)."""
     with Root(ctx.workspace) as root:
         with locate(root, params.path) as at:
@@ -193,7 +240,7 @@ def _start_walk(
                 kind = "dir"
             else:
                 try:
-                    mode = os.stat(at.name, dir_fd=at.dir_fd).st_mode
+                    mode = os.stat(at.name, dir_fd=at.dir_fd, follow_symlinks=False).st_mode
                 except OSError:
                     raise ToolError(f"Path not found: '{shown}'.") from None
                 if stat.S_ISDIR(mode):
@@ -204,48 +251,31 @@ def _start_walk(
                     raise ToolError(f"'{shown}' is not a regular file or directory.")
         if kind == "file":
             fd, shown = open_file(root, params.path)
-            return _one_file(fd, shown), shown
+            return _Files(_one_file(fd, shown), fd), shown
+        wanted = compile_glob(params.glob) if params.glob else None
         top, shown = open_dir(root, params.path)
-    return _files_under(top, shown, params.glob, stats), shown
+    return _Files(_files_under(top, shown, wanted, stats), top), shown
 
 
 def _one_file(fd: int, shown: str) -> Generator[_File, None, None]:
-    try:
-        if os.fstat(fd).st_size <= MAX_FILE_BYTES:
-            transfer, fd = fd, -1
-            yield _File(transfer, shown)
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    if os.fstat(fd).st_size <= MAX_FILE_BYTES:
+        yield _File(os.dup(fd), shown)  # the batch closes its copy; `_Files` closes `fd`
 
 
 def _files_under(
-    top: int, shown: str, glob: str | None, stats: WalkStats
+    top: int, shown: str, wanted: GlobMatcher | None, stats: WalkStats
 ) -> Generator[_File, None, None]:
-    wanted = compile_glob(glob) if glob else None
     prefix = "" if shown == "." else shown + "/"
-    try:
-        for entry in walk_tree(top, stats=stats):
-            if wanted is not None and not wanted(entry.rel):
-                continue
-            fd = open_entry(entry)
-            if fd is None:
-                continue
-            if os.fstat(fd).st_size > MAX_FILE_BYTES:
-                os.close(fd)
-                continue
-            yield _File(fd, prefix + entry.rel)
-    finally:
-        os.close(top)
-
-
-def _next_batch(files: Iterator[_File]) -> list[_File]:
-    batch: list[_File] = []
-    for file in files:
-        batch.append(file)
-        if len(batch) >= BATCH_FILES:
-            break
-    return batch
+    for entry in walk_tree(top, stats=stats):
+        if wanted is not None and not wanted(entry.rel):
+            continue
+        fd = open_entry(entry)
+        if fd is None:
+            continue
+        if os.fstat(fd).st_size > MAX_FILE_BYTES:
+            os.close(fd)
+            continue
+        yield _File(fd, prefix + entry.rel)
 
 
 def _render(
@@ -290,7 +320,12 @@ def _clip(match: Match) -> str:
 
 
 async def _search_python(
-    batch: list[_File], source: str, params: GrepParams, wanted: int, deadline: float
+    batch: list[_File],
+    source: str,
+    params: GrepParams,
+    wanted: int,
+    deadline: float,
+    timeout_s: float,
 ) -> list[Match]:
     """Matches from the Python worker process, killed at `deadline` or on cancellation."""
     request = {
@@ -320,7 +355,7 @@ async def _search_python(
     except TimeoutError:
         raise ToolError(
             "The regular expression took too long to run (stopped after "
-            f"{PYTHON_TIMEOUT_S:.0f} s). It probably backtracks catastrophically (nested "
+            f"{timeout_s:g} s). It probably backtracks catastrophically (nested "
             "quantifiers like '(a+)+', or backreferences); simplify it or search a narrower path."
         ) from None
     finally:
@@ -343,7 +378,9 @@ async def _search_rg(
 ) -> list[Match] | None:
     """Matches from ripgrep, or None if rg cannot compile the pattern."""
     # One thread: files are searched, and reported, in the order given (the walk's order).
-    args = [rg, "--json", "--no-config", "--no-messages", "--threads=1"]
+    # `--max-count`: no file sends more matching lines than can still be shown, so what is
+    # parsed here stays bounded (a file's matches are held until rg says it was not binary).
+    args = [rg, "--json", "--no-config", "--no-messages", "--threads=1", f"--max-count={wanted}"]
     if params.ignore_case:
         args.append("--ignore-case")
     if params.literal:

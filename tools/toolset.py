@@ -16,9 +16,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.tools import AnyTool
-from tools.bash import HARD_MAX_TIMEOUT_S, BashTool, SandboxMode, SandboxStatus, probe_sandbox
+from tools.bash import (
+    HARD_MAX_TIMEOUT_S,
+    BashTool,
+    SandboxLimits,
+    SandboxMode,
+    SandboxStatus,
+    probe_sandbox,
+)
 from tools.files import EditTool, FindTool, LsTool, ReadTool, WriteTool
-from tools.grep import Engine, GrepTool
+from tools.grep import PYTHON_TIMEOUT_S, Engine, GrepTool
 from tools.web_fetch import Resolver, TransportFactory, WebFetchTool, system_resolver
 
 ToolName = Literal["read", "write", "edit", "ls", "find", "grep", "web_fetch"]
@@ -37,6 +44,8 @@ class BashConfig(BaseModel):
     # Extra host paths visible read-only inside the sandbox (e.g. a toolchain under /srv).
     sandbox_ro_paths: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # Per-command processes, memory, file size and tmpfs size (`[tools.bash.limits]`).
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
 
 
 class WebFetchConfig(BaseModel):
@@ -59,6 +68,9 @@ class ToolsConfig(BaseModel):
     bash: BashConfig = Field(default_factory=BashConfig)
     web_fetch: WebFetchConfig = Field(default_factory=WebFetchConfig)
     grep_engine: Engine = "auto"
+    # How long grep's Python engine (lookarounds, backreferences, or no ripgrep) may run
+    # before it is stopped: a catastrophic pattern is killed, not waited for.
+    grep_python_timeout_s: float = Field(default=PYTHON_TIMEOUT_S, gt=0, le=HARD_MAX_TIMEOUT_S)
 
 
 def build_toolset(
@@ -85,7 +97,9 @@ def build_toolset(
     if "find" in enabled:
         tools.append(FindTool())
     if "grep" in enabled:
-        tools.append(GrepTool(engine=config.grep_engine))
+        tools.append(
+            GrepTool(engine=config.grep_engine, python_timeout_s=config.grep_python_timeout_s)
+        )
     if config.bash_enabled:
         tools.append(_build_bash(config.bash, sandbox))
     if "web_fetch" in enabled:
@@ -115,4 +129,5 @@ def _build_bash(config: BashConfig, sandbox: SandboxStatus | None) -> BashTool:
         max_timeout_s=config.max_timeout_s,
         extra_ro_paths=config.sandbox_ro_paths,
         env=config.env,
+        limits=config.limits,
     )

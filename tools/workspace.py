@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import resource
 import secrets
 import stat
 import unicodedata
@@ -53,7 +54,18 @@ MAX_PATH_CHARS = 4096
 MAX_NAME_BYTES = 255
 MAX_SYMLINK_HOPS = 40  # as the kernel's own limit
 MAX_PATH_DEPTH = 512  # directories in one resolved path (one descriptor each while walking)
-MAX_WALK_DEPTH = 256  # directories below the top of a find/grep walk
+
+
+def _walk_depth() -> int:
+    """Directories below the top of a find/grep walk. A walk holds one descriptor per level,
+    so the depth is also a share of the open-file limit (many walks may run at once)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 256
+    return max(32, min(256, soft // 16))
+
+
+MAX_WALK_DEPTH = _walk_depth()
 MAX_BOT_WRITE_BYTES = 64 * 1024 * 1024
 _OPEN_ATTEMPTS = 4  # a final component that keeps changing under us: give up after this
 

@@ -35,7 +35,7 @@ from tools.files import (
     WriteTool,
 )
 from tools.grep import GrepParams, GrepTool
-from tools.workspace import Root, locate
+from tools.workspace import Root, locate, write_file_in_workspace
 
 SENTINEL = "PROPERTY-SENTINEL"
 
@@ -198,5 +198,30 @@ def test_no_tool_touches_anything_outside(raw: str, links: list[tuple[str, str]]
         before = where.outside_state()
         texts = asyncio.run(_run_all(where, where.materialise(raw)))
         assert all(SENTINEL not in text for text in texts), texts
+        assert where.outside_state() == before
+        assert sorted(p.name for p in where.outside.iterdir()) == ["secret.txt", "sub"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=hostile_paths(), links=_plants, unique=st.booleans())
+def test_the_bots_own_writes_never_land_outside_or_through_a_link(
+    raw: str, links: list[tuple[str, str]], unique: bool
+) -> None:
+    with arena(links) as where:
+        before = where.outside_state()
+        try:
+            written = write_file_in_workspace(
+                where.workspace, where.materialise(raw), b"bot", unique=unique
+            )
+        except ToolError as exc:
+            assert len(exc.message) > 15
+        else:
+            target = where.workspace / written
+            # Written where it says, through no link at all.
+            assert target.read_bytes() == b"bot"
+            for parent in [target, *target.parents]:
+                if parent == where.workspace:
+                    break
+                assert not parent.is_symlink(), written
         assert where.outside_state() == before
         assert sorted(p.name for p in where.outside.iterdir()) == ["secret.txt", "sub"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import shutil
 import threading
@@ -192,3 +193,36 @@ async def test_write_never_creates_or_overwrites_outside(arena: tuple[Path, Path
     # Nothing is left behind inside either: no temporary files.
     leftovers = [p for p in workspace.rglob("*.tmp")]
     assert leftovers == []
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "python",
+        pytest.param("ripgrep", marks=pytest.mark.skipif(not HAVE_RG, reason="rg not installed")),
+    ],
+)
+async def test_grep_cancelled_at_any_point_leaves_no_descriptor_open(
+    workspace: Path, engine: str
+) -> None:
+    """A cancelled grep (the tool timeout, a stopped run) closes the files it opened, also the
+    batch a worker thread was still making when the cancel came."""
+    for j in range(5):
+        (workspace / f"d{j}").mkdir()
+        for i in range(30):
+            (workspace / f"d{j}" / f"f{i}.txt").write_text("needle\n")
+    tool = GrepTool(engine=engine)  # type: ignore[arg-type]
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for steps in range(0, 60, 3):
+        task = asyncio.ensure_future(
+            tool.execute("c", GrepParams(pattern="needle", limit=1000), make_ctx(workspace))
+        )
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await asyncio.get_running_loop().shutdown_default_executor()  # every worker thread done
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from tools.bash import BashTool, SandboxStatus
+from tools.grep import GrepTool
 from tools.toolset import BashConfig, ToolsConfig, WebFetchConfig, build_toolset
 from tools.web_fetch import WebFetchTool
 
@@ -47,6 +48,23 @@ def test_configuration_reaches_the_tools() -> None:
         "wiki.internal", 80
     )
     assert fetch.max_redirects == 2
+
+
+def test_bash_limits_and_grep_deadline_come_from_configuration() -> None:
+    config = ToolsConfig.model_validate(
+        {
+            "bash_enabled": True,
+            "bash": {"sandbox": "off", "limits": {"max_processes": 64}},
+            "grep_python_timeout_s": 5,
+        }
+    )
+    tools = {tool.name: tool for tool in build_toolset(config)}
+    bash = tools["bash"]
+    assert isinstance(bash, BashTool) and bash.limits.max_processes == 64
+    grep = tools["grep"]
+    assert isinstance(grep, GrepTool) and grep.python_timeout_s == 5
+    with pytest.raises(ValidationError):
+        ToolsConfig.model_validate({"grep_python_timeout_s": 0})
 
 
 def test_every_tool_describes_itself_for_the_model() -> None:
