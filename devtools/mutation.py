@@ -104,12 +104,16 @@ def default_files(root: Path) -> list[str]:
 
 
 def generate(
-    file: str, source: str, max_count: int, seed: int, match: str = ""
+    file: str,
+    source: str,
+    max_count: int,
+    seed: int,
+    keep: Callable[[Mutant], bool] | None = None,
 ) -> tuple[int, list[Mutant]]:
     """How many mutants mutmut makes inside the functions of `source`, and all of them or a
     seeded sample of `max_count` (in file order), each as a whole mutated file. The seed is
     mixed with the file's name so adding a file does not change another file's sample.
-    `match` keeps only mutants whose description contains it (before sampling)."""
+    `keep` picks mutants by their description (before sampling)."""
     module, mutations, _classes, _functions = create_mutations(file, source)
     # module level mutations are left out: mutmut does not run those either
     inside = [
@@ -118,10 +122,9 @@ def generate(
         if mutation.contained_by_top_level_function is not None
     ]
     total = len(inside)
-    if match:  # by text, so every mutant is rendered first (slow for a big file)
+    if keep is not None:  # by description, so every mutant is rendered first (slow)
         rendered = [_render(file, module, source, index, mutation) for index, mutation in inside]
-        chosen_by_text = [m for m in rendered if match in f"{m.line}: {m.mutation}"]
-        return total, _sample(chosen_by_text, max_count, seed, file)
+        return total, _sample([m for m in rendered if keep(m)], max_count, seed, file)
     picked = _sample(inside, max_count, seed, file)
     return total, [_render(file, module, source, index, mutation) for index, mutation in picked]
 
@@ -158,6 +161,22 @@ def describe(original: str, mutated: str) -> tuple[int, str]:
         added += [text.strip() for text in after[b_start:b_end]]
     text = f"{' '.join(removed) or '(nothing)'} {ARROW} {' '.join(added) or '(removed)'}"
     return (first or 0) + 1, text
+
+
+def survivors_of(report: Path) -> set[tuple[str, str]]:
+    """(file, mutation) of each survivor listed in an earlier run's output."""
+    found: set[tuple[str, str]] = set()
+    listing = False
+    for line in report.read_text(encoding="utf-8").splitlines():
+        if line.startswith("survivors in "):
+            listing = True
+        elif listing and line.startswith("  ") and ARROW in line:
+            location, _, mutation = line.strip().partition(": ")
+            mutation = mutation.split("  [", 1)[0].strip()
+            found.add((location.rpartition(":")[0], mutation))
+        else:
+            listing = False
+    return found
 
 
 def load_equivalents(path: Path) -> dict[tuple[str, str], str]:
@@ -427,10 +446,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="+", default=["tests"], help="pytest selection")
     parser.add_argument("--equivalents", type=Path, default=EQUIVALENTS)
     parser.add_argument("--match", default="", help="only mutants whose `line: change` has this")
+    parser.add_argument(
+        "--rerun", type=Path, help="only the survivors listed in this earlier output"
+    )
     parser.add_argument("--list", action="store_true", help="list the sample; run nothing")
     args = parser.parse_args(argv)
 
-    files = [Path(file).as_posix() for file in args.files] or default_files(ROOT)
+    rerun = survivors_of(args.rerun) if args.rerun else None
+    files = [Path(file).as_posix() for file in args.files]
+    files = files or sorted({file for file, _ in rerun or ()}) or default_files(ROOT)
+    keep: Callable[[Mutant], bool] | None = None
+    if rerun is not None or args.match:
+
+        def keep(mutant: Mutant) -> bool:
+            listed = rerun is None or (mutant.file, mutant.mutation) in rerun
+            return listed and args.match in f"{mutant.line}: {mutant.mutation}"
+
     missing = [file for file in files if not (ROOT / file).is_file()]
     if missing or not files:
         parser.error(f"no such file: {', '.join(missing)}" if missing else "no files to mutate")
@@ -447,9 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampled: list[Mutant] = []
         for file in files:
             source = (ROOT / file).read_text(encoding="utf-8")
-            generated[file], mutants = generate(
-                file, source, args.max_per_file, args.seed, args.match
-            )
+            generated[file], mutants = generate(file, source, args.max_per_file, args.seed, keep)
             sampled += mutants
         os.chdir(ROOT)
         if args.list:

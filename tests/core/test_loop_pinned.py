@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
 from pydantic import BaseModel
 
-from core.events import AgentEnd, AgentEvent, MessageEnd, ToolExecutionStart
+from core.events import (
+    AgentEnd,
+    AgentEvent,
+    MessageEnd,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    TurnEnd,
+)
 from core.loop import ABORTED_TEXT, AgentContext, LoopConfig, RunControl, run_agent
 from core.messages import AssistantMessage, Text, ToolResultMessage, UserMessage
-from core.models.base import ModelInfo, Prices
+from core.models.base import ModelInfo, ModelRequest, Prices, StreamEvent, StreamStart
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, AnyTool, ToolContext, ToolError, ToolResult
 
@@ -66,9 +74,15 @@ class EchoTool(AgentTool[TextParams]):
     description = "Echoes its text."
     parameters = TextParams
 
+    def __init__(self) -> None:
+        self.call_ids: list[str] = []
+
     async def execute(self, call_id: str, params: TextParams, ctx: ToolContext) -> ToolResult:
+        self.call_ids.append(ctx.call_id)
         if params.text == "fail":
             raise ToolError("asked to fail", details={"asked": True})
+        if params.text == "crash":
+            raise OSError("disk on fire")
         return ToolResult.text(params.text, details={"length": len(params.text)})
 
 
@@ -243,3 +257,147 @@ async def test_tool_activity_is_announced_before_any_result_for_each_call() -> N
     events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
     starts = [e.tool_name for e in events if isinstance(e, ToolExecutionStart)]
     assert starts == ["echo", "nope"]
+
+
+class NestedParams(BaseModel):
+    class Inner(BaseModel):
+        count: int
+
+    inner: Inner
+
+
+class NestedTool(AgentTool[NestedParams]):
+    name = "nested"
+    label = "Nested"
+    description = "Has nested parameters."
+    parameters = NestedParams
+
+    async def execute(self, call_id: str, params: NestedParams, ctx: ToolContext) -> ToolResult:
+        return ToolResult.text("ok")
+
+
+class RaisingModel:
+    """A model that breaks its contract: raises instead of returning an error reply."""
+
+    info = INFO
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        raise ConnectionResetError("socket closed")
+        yield  # an async generator
+
+
+class EndlessModel:
+    """A model that breaks its contract: its stream ends without a final message."""
+
+    info = INFO
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        yield StreamStart(partial=AssistantMessage(model=INFO.id, provider=INFO.provider))
+
+
+async def test_a_model_that_raises_gives_an_error_reply_and_a_logged_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="core.loop"):
+        events = await collect(run_agent(context(), RaisingModel()))
+    end = end_of(events)
+    assert end.reason == "error"
+    assert end.error_message == "The model failed unexpectedly (ConnectionResetError)."
+    [reply] = end.messages
+    assert isinstance(reply, AssistantMessage) and reply.stop_reason == "error"
+    assert (reply.model, reply.provider, reply.error_kind) == (
+        "pinned-model-7",
+        "pinned-provider",
+        "other",
+    )
+    [record] = caplog.records
+    assert record.getMessage() == "model pinned-model-7 raised instead of returning an error"
+    assert record.exc_info is not None
+
+
+async def test_a_reply_without_a_final_message_ends_the_run_with_an_error() -> None:
+    events = await collect(run_agent(context(), EndlessModel()))
+    end = end_of(events)
+    assert end.reason == "error"
+    assert end.error_message == "The model's reply ended without a final message."
+    [reply] = end.messages
+    assert isinstance(reply, AssistantMessage) and reply.provider == "pinned-provider"
+    starts = [e for e in events if e.type == "message_start"]
+    assert len(starts) == len([e for e in events if e.type == "message_end"]) == 1
+
+
+async def test_a_raising_tool_is_logged_with_its_name_and_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    script = [Reply(tool_calls=[call("echo", {"text": "crash"})]), Reply(text="I see")]
+    with caplog.at_level(logging.WARNING, logger="core.loop"):
+        events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
+    [result] = results_of(events)
+    assert result.is_error and result.text() == "Tool 'echo' failed: OSError: disk on fire"
+    [record] = caplog.records
+    assert record.getMessage() == "tool echo raised" and record.exc_info is not None
+
+
+async def test_tools_are_told_their_call_id_and_every_end_has_a_duration() -> None:
+    tool = EchoTool()
+    first, second = call("echo", {"text": "a"}), call("echo", {"text": "b"})
+    script = [Reply(tool_calls=[first, second, call("nope")]), Reply(text="done")]
+    events = await collect(run_agent(context(tool), ScriptedModel(script)))
+    assert sorted(tool.call_ids) == sorted([first.id, second.id])
+    ends = [e for e in events if isinstance(e, ToolExecutionEnd)]
+    assert len(ends) == 3
+    for end in ends:
+        assert isinstance(end.duration_s, float) and end.duration_s >= 0
+        assert isinstance(end.result, ToolResultMessage)
+        assert end.result.tool_call_id == end.tool_call_id
+
+
+async def test_each_turn_end_names_its_turn_and_the_results_it_produced() -> None:
+    failing = AssistantMessage(stop_reason="error", error_kind="other", error_message="boom")
+    script: list[Reply | AssistantMessage] = [
+        Reply(tool_calls=[call("echo", {"text": "a"})]),
+        failing,
+    ]
+    events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
+    first, second = [e for e in events if isinstance(e, TurnEnd)]
+    assert first.turn == 1 and [r.text() for r in first.tool_results] == ["a"]
+    assert second.turn == 2 and second.tool_results == [] and second.message.stop_reason == "error"
+
+
+async def test_a_stop_during_tools_keeps_prepared_errors_and_reports_every_call() -> None:
+    tool = WaitTool()
+    events = await run_until_tool_starts_then_cancel(
+        tool, RunControl(), "stop", call("nope"), call("echo", {"text": "quick"}), call("wait")
+    )
+    unknown, quick, stopped = results_of(events)
+    assert unknown.details == {"reason": "unknown_tool"}
+    assert quick.text() == "quick" and stopped.details == {"cancelled": True}
+    ends = {e.tool_name: e.result for e in events if isinstance(e, ToolExecutionEnd)}
+    assert ends["wait"] is stopped
+    [turn_end] = [e for e in events if isinstance(e, TurnEnd)]
+    assert turn_end.turn == 1 and turn_end.tool_results == [unknown, quick, stopped]
+    starts = [e for e in events if e.type == "message_start"]
+    assert len(starts) == len([e for e in events if e.type == "message_end"])
+
+
+async def test_a_stop_while_streaming_keeps_what_was_already_shown() -> None:
+    model = ScriptedModel(
+        [Reply(text="a long answer " * 20, chunk_size=4, chunk_delay_s=0.01)], info=INFO
+    )
+    control = RunControl()
+    events: list[AgentEvent] = []
+    async for event in run_agent(context(), model, control=control):
+        events.append(event)
+        if event.type == "message_update" and len(events) == 6:
+            control.cancel("Stopped by Ada.")
+    [aborted] = end_of(events).messages
+    assert isinstance(aborted, AssistantMessage)
+    assert aborted.text().startswith("a long") and aborted.error_message == "Stopped by Ada."
+    assert [e.type for e in events].count("message_start") == 1
+
+
+async def test_an_invalid_nested_argument_is_named_by_its_path() -> None:
+    script = [Reply(tool_calls=[call("nested", {"inner": {"count": "x"}})]), Reply(text="ok")]
+    events = await collect(run_agent(context(NestedTool()), ScriptedModel(script)))
+    [result] = results_of(events)
+    assert "  - inner.count: Input should be a valid integer" in result.text()

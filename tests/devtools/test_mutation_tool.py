@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.mutation import default_files, describe, generate, load_equivalents
+from devtools.mutation import default_files, describe, generate, load_equivalents, survivors_of
 
 SOURCE = """\
 def clamp(value: int, low: int, high: int) -> int:
@@ -85,3 +85,19 @@ def test_equivalents_are_read_with_their_reason_and_bad_lines_refused(tmp_path: 
     listing.write_text("core/x.py:12: a = 1 ⟶ a = 2\n")
     with pytest.raises(ValueError, match="expected"):
         load_equivalents(listing)
+
+
+def test_survivors_of_an_earlier_run_can_be_run_again(tmp_path: Path) -> None:
+    report = tmp_path / "run.txt"
+    report.write_text(
+        "file  mutants\n"
+        "core/x.py  10\n\n"
+        "survivors in core/x.py:\n"
+        "  core/x.py:4: if a > b: ⟶ if a >= b:\n"
+        "  core/x.py:9: return low ⟶ (removed)  [no test runs this line]\n"
+        '{"mutation_score": {"core/x.py": 0.8}}\n'
+    )
+    assert survivors_of(report) == {
+        ("core/x.py", "if a > b: ⟶ if a >= b:"),
+        ("core/x.py", "return low ⟶ (removed)"),
+    }

@@ -115,3 +115,47 @@ async def test_a_finished_run_keeps_its_first_outcome_error_and_time(tmp_path: P
         assert await store.running_runs() == []
         with pytest.raises(ValueError):
             await store.finish_run(run.id, "running")
+
+
+async def test_a_database_in_a_folder_not_made_yet_is_created(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "nested" / "teammate.db"
+    async with SqliteStore.open(path) as store:
+        await store.get_or_create_conversation("k", channel_key="c")
+    assert path.is_file()
+
+
+async def test_updating_a_title_keeps_the_settings_and_the_other_way_round(tmp_path: Path) -> None:
+    async with SqliteStore.open(tmp_path / "g.db") as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c", title="old")
+        await store.update_conversation(conversation.id, settings={"model": "m"})
+        await store.update_conversation(conversation.id, title="new")
+        found = await store.get_conversation("k")
+        assert found is not None and (found.title, found.settings) == ("new", {"model": "m"})
+        await store.update_conversation(conversation.id, settings={"model": "n"})
+        found = await store.get_conversation("k")
+        assert found is not None and (found.title, found.settings) == ("new", {"model": "n"})
+
+
+async def test_a_run_can_be_recorded_against_another_channel(tmp_path: Path) -> None:
+    async with SqliteStore.open(tmp_path / "h.db") as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="chan")
+        run = await store.start_run(conversation.id, channel_key="elsewhere", owner={"pid": 1})
+        assert run.channel_key == "elsewhere" and run.owner == {"pid": 1}
+        [listed] = await store.running_runs()
+        assert listed.channel_key == "elsewhere" and listed.owner == {"pid": 1}
+
+
+async def test_every_usage_figure_is_kept_apart_while_running_and_once_finished(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore.open(tmp_path / "i.db", clock=Clock(T0)) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="chan")
+        run = await store.start_run(conversation.id, model="m")
+        usage = Usage(input=1, output=2, cache_read=3, cache_write=4, cost=0.5)
+        await store.record_usage(run.id, usage)
+        await store.record_usage(run.id, usage)
+        expected = Usage(input=2, output=4, cache_read=6, cache_write=8, cost=1.0)
+        [running] = await store.running_runs()
+        assert running.usage == expected  # the ledger so far
+        assert (await store.finish_run(run.id, "done")).usage == expected
+        assert (await store.usage_since(T0, conversation_id=conversation.id)) == expected
