@@ -3,9 +3,11 @@
 Owns: building the attributed `UserMessage` for an `Incoming` (header, text, inline images),
 saving other attachments under the channel workspace's `attachments/` with safe, unique names,
 and files out: the files a tool result offers to attach (`details["files_out"]`, a list of
-`{"path", "name", "mime_type"}` with `path` relative to the workspace), checked to be regular
-files inside the workspace. File system work happens in a worker thread, never on the event
-loop.
+`{"path", "name", "mime_type"}` with `path` relative to the workspace), read at once so what a
+surface posts is what the tool wrote. Both go through the tools' confined IO
+(`tools.workspace`): the workspace is shared with sandboxed `bash`, which can plant links, so
+no link is ever followed, by name or by a race. File system work happens in a worker thread,
+never on the event loop.
 """
 
 from __future__ import annotations
@@ -21,11 +23,17 @@ from bots.prompt import attributed_text
 from bots.surface import FileOut
 from bots.workspaces import UNSAFE
 from core.messages import Image, Text, ToolResultMessage, UserMessage
+from core.tools import ToolError
+from tools.workspace import read_file_in_workspace, write_file_in_workspace
 
 log = logging.getLogger(__name__)
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_INLINE_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_ATTACHMENT_BYTES = 64 * 1024 * 1024
+MAX_FILES_OUT = 10
+MAX_FILE_OUT_BYTES = 25 * 1024 * 1024  # what Discord accepts without boosts; Slack takes more
+MAX_FILES_OUT_BYTES = 50 * 1024 * 1024  # all the files of one tool result together
 
 
 async def user_message(incoming: Incoming, workspace: Path) -> UserMessage:
@@ -37,8 +45,13 @@ async def user_message(incoming: Incoming, workspace: Path) -> UserMessage:
             data = base64.b64encode(attachment.data).decode()
             images.append(Image(data=data, mime_type=attachment.mime_type))
         else:
-            saved = await asyncio.to_thread(save_attachment, workspace, attachment)
-            text += f"\n(attached file {attachment.name!r}, saved in the workspace as {saved})"
+            try:
+                saved = await asyncio.to_thread(save_attachment, workspace, attachment)
+            except ToolError as exc:
+                log.warning("an attachment was not saved: %s", exc)
+                text += f"\n(attached file {attachment.name!r} could not be saved: {exc})"
+            else:
+                text += f"\n(attached file {attachment.name!r}, saved in the workspace as {saved})"
     content: str | list[Text | Image] = [Text(text=text), *images] if images else text
     return UserMessage(
         content=content,
@@ -49,20 +62,16 @@ async def user_message(incoming: Incoming, workspace: Path) -> UserMessage:
 
 
 def save_attachment(workspace: Path, attachment: Attachment) -> str:
-    """Write `attachment` under `workspace/attachments/`; its path relative to the workspace."""
-    folder = workspace / "attachments"
-    folder.mkdir(exist_ok=True)
-    name = safe_file_name(attachment.name)
-    target = folder / name
-    counter = 1
-    while target.exists():
-        target = folder / f"{Path(name).stem}-{counter}{Path(name).suffix}"
-        counter += 1
-    target.write_bytes(attachment.data)
-    return f"attachments/{target.name}"
-
-
-MAX_FILES_OUT = 10
+    """Write `attachment` under `workspace/attachments/` (an existing file keeps its name; the
+    new one gets `name-N.ext`); its path relative to the workspace. Raises `ToolError` if a
+    link is in the way or the file is too big: nothing is written then."""
+    return write_file_in_workspace(
+        workspace,
+        f"attachments/{safe_file_name(attachment.name)}",
+        attachment.data,
+        max_bytes=MAX_ATTACHMENT_BYTES,
+        unique=True,
+    )
 
 
 async def files_out(result: ToolResultMessage, workspace: Path) -> list[FileOut]:
@@ -75,22 +84,28 @@ async def files_out(result: ToolResultMessage, workspace: Path) -> list[FileOut]
 
 
 def _checked_files(offered: list[Any], workspace: Path) -> list[FileOut]:
-    root = workspace.resolve()
     files: list[FileOut] = []
+    budget = MAX_FILES_OUT_BYTES
     for entry in offered:
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             continue
-        path = (root / entry["path"]).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
-            log.warning("a tool offered a file outside the workspace or missing; ignored")
+        path: str = entry["path"]
+        try:
+            data = read_file_in_workspace(
+                workspace, path, max_bytes=min(MAX_FILE_OUT_BYTES, budget)
+            )
+        except ToolError as exc:
+            log.warning("a tool offered a file that cannot be attached; ignored: %s", exc)
             continue
+        budget -= len(data)
         name = entry.get("name")
         mime = entry.get("mime_type")
         files.append(
             FileOut(
                 path=path,
-                name=name if isinstance(name, str) and name else path.name,
+                name=name if isinstance(name, str) and name else Path(path).name,
                 mime_type=mime if isinstance(mime, str) and mime else "application/octet-stream",
+                data=data,
             )
         )
     return files

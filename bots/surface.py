@@ -23,8 +23,7 @@ What one surface sees (docs/architecture.md, "The event order"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
 from core.events import AgentEvent
@@ -56,12 +55,14 @@ class Notice:
 
 @dataclass(slots=True, frozen=True)
 class FileOut:
-    """A file the assistant produced, to attach to the answer. `path` is inside the channel's
-    workspace (already checked by the runner); `name` is what people see."""
+    """A file the assistant produced, to attach to the answer. `data` is the file as the tool
+    left it, read by the runner without following links (a surface never reopens it by name);
+    `path` is where it is, relative to the channel's workspace; `name` is what people see."""
 
-    path: Path
+    path: str
     name: str
     mime_type: str
+    data: bytes = field(repr=False)
     type: Literal["file_out"] = "file_out"
 
 

@@ -156,8 +156,8 @@ async def test_files_a_tool_offers_reach_the_surface_when_inside_the_workspace(
     await runner.submit(incoming("report please"), surface)
     await runner.wait(KEY)
     files = [e for e in surface.events if isinstance(e, FileOut)]
-    assert [(f.name, f.mime_type, f.path.read_text()) for f in files] == [
-        ("Report.txt", "text/plain", "the report")
+    assert [(f.name, f.mime_type, f.path, f.data) for f in files] == [
+        ("Report.txt", "text/plain", "r.txt", b"the report")
     ]
     types = surface.types()
     assert types.index("file_out") == types.index("tool_execution_end") + 1
