@@ -41,6 +41,7 @@ from bots.terminal import (
     run_chat,
 )
 from core.models.catalog import anthropic_model_spec
+from storage.base import DatabaseDamaged
 from storage.migrations import MIGRATIONS
 from storage.sqlite import SqliteStore
 from tools.bash import probe_sandbox
@@ -265,16 +266,7 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
         report("fail", "data dir", f"{settings.data_dir}: {data_ok}")
 
     if data_ok is None:
-        try:
-            async with SqliteStore.open(settings.database_path):
-                pass
-            report(
-                "ok",
-                "database",
-                f"{settings.database_path} opens (schema version {len(MIGRATIONS)})",
-            )
-        except Exception as exc:
-            report("fail", "database", f"{settings.database_path}: {exc}")
+        await _check_database(settings.database_path, report)
     else:
         report("fail", "database", "not checked (the data dir is not writable)")
 
@@ -304,6 +296,28 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
     failed = [check for check in checks if check.status == "fail"]
     out.write(f"{len(failed)} check(s) failed\n" if failed else "all checks passed\n")
     return 1 if failed else 0
+
+
+async def _check_database(path: Path, report: Any) -> None:
+    """Open the store (which runs SQLite's quick check), then the full integrity check; a file
+    the store refuses as damaged is still checked in full, read-only, to say what is wrong."""
+    problems: list[str]
+    try:
+        async with SqliteStore.open(path) as store:
+            report("ok", "database", f"{path} opens (schema version {len(MIGRATIONS)})")
+            problems = await store.integrity_check()
+    except DatabaseDamaged as exc:
+        report("fail", "database", str(exc))
+        problems = await SqliteStore.check_file(path)
+    except Exception as exc:
+        report("fail", "database", f"{path}: {exc}")
+        return
+    if not problems:
+        report("ok", "database integrity", "no damage found (full check)")
+        return
+    first = " ".join(problems[0].split())[:200]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    report("fail", "database integrity", f"{len(problems)} problem(s): {first}{more}")
 
 
 def _writable(directory: Path) -> str | None:

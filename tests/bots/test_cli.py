@@ -28,10 +28,12 @@ from tests.fakes.anthropic_server import (
     sse,
     text_reply,
 )
+from tests.storage.conftest import FakeClock
+from tests.storage.test_integrity import damage_middle_pages, write_a_conversation
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "test-key-0123456789"
-TIMEOUT_S = 20.0
+TIMEOUT_S = 60.0  # a hang guard, not a speed check: CI machines are shared and slow
 
 
 @pytest.fixture
@@ -212,6 +214,26 @@ async def test_doctor_reports_each_check(tmp_path: Path, data_dir: Path) -> None
     missing_key = await teammate("doctor", env=env, cwd=tmp_path)
     assert missing_key.code == 1
     assert "fail  model: claude-sonnet-5-5: ANTHROPIC_API_KEY is not set" in missing_key.out
+
+
+async def test_doctor_runs_the_full_integrity_check_and_names_the_damage(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    env = cli_env(tmp_path, data_dir, None)
+    healthy = await teammate("--model", "scripted", "doctor", env=env, cwd=tmp_path)
+    assert "ok    database integrity: no damage found" in healthy.out, healthy.out
+
+    db_path = data_dir / "teammate.db"
+    clock = FakeClock()
+    await write_a_conversation(db_path, clock)
+    damage_middle_pages(db_path)
+    damaged = await teammate("--model", "scripted", "doctor", env=env, cwd=tmp_path)
+
+    assert damaged.code == 1
+    assert "fail  database: " in damaged.out and "is damaged" in damaged.out
+    [integrity] = [line for line in damaged.out.splitlines() if "database integrity" in line]
+    assert integrity.startswith("fail  database integrity: ")
+    assert "problem" in integrity
 
 
 async def test_doctor_checks_every_channels_model_and_flags_deprecated_ones(
