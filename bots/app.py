@@ -106,10 +106,6 @@ class App:
     store: SqliteStore
     runner: ConversationRunner
     models: ModelFactory
-    toolsets: Callable[[str], Sequence[AnyTool]]
-
-    def tools_for(self, channel_key: str) -> dict[str, AnyTool]:
-        return {tool.name: tool for tool in self.toolsets(channel_key)}
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -181,7 +177,7 @@ async def open_app(
         platform_rules=platform_rules,
         surfaces=surfaces,
     )
-    app = App(settings=settings, store=store, runner=runner, models=models, toolsets=toolsets)
+    app = App(settings=settings, store=store, runner=runner, models=models)
     try:
         yield app
     finally:

@@ -18,12 +18,10 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO, assert_never
-
-from pydantic import ValidationError
 
 from bots.app import App
 from bots.incoming import Incoming
@@ -43,7 +41,6 @@ from core.events import (
 )
 from core.messages import AssistantMessage, Author, Usage
 from core.models.base import TextDelta, ThinkingDelta, ToolCallDelta
-from core.tools import AnyTool
 
 PLATFORM = "terminal"
 DEFAULT_CONVERSATION = "default"
@@ -97,17 +94,6 @@ def _one_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def describe_call(tool: AnyTool | None, name: str, arguments: Mapping[str, Any]) -> str:
-    """A tool call for people: the tool's own summary ("Read README.md"), else its name."""
-    if tool is None:
-        return name
-    try:
-        summary = tool.summarize(tool.parameters.model_validate(dict(arguments)))
-    except (ValidationError, ValueError, TypeError):
-        summary = tool.label
-    return _one_line(summary, _SUMMARY_LIMIT) or name
-
-
 class TerminalSurface:
     """Shows one conversation's runs in a terminal.
 
@@ -123,7 +109,6 @@ class TerminalSurface:
         *,
         out: TextIO,
         err: TextIO,
-        tools: Mapping[str, AnyTool] | None = None,
         stream: bool = True,
         label: str = "",
         on_close: Callable[[], None] | None = None,
@@ -131,7 +116,6 @@ class TerminalSurface:
         self._key = conversation_key
         self._out = out
         self._err = err
-        self._tools = dict(tools or {})
         self._stream = stream
         self._label = f"[{label}] " if label else ""
         self._on_close = on_close
@@ -154,10 +138,8 @@ class TerminalSurface:
                 pass
             case MessageEnd(message=AssistantMessage()):
                 self._end_out_line()
-            case ToolExecutionStart(tool_name=name, arguments=arguments, label=label):
-                if not label or label == name:  # the tool has no label of its own
-                    label = describe_call(self._tools.get(name), name, arguments)
-                self._line(f"⚙ {_one_line(label, _SUMMARY_LIMIT)}")
+            case ToolExecutionStart(tool_name=name, label=label):
+                self._line(f"⚙ {_one_line(label or name, _SUMMARY_LIMIT)}")
             case FileOut(path=path, name=name):
                 self._line(f"📎 {name} ({path})")
             case ToolExecutionEnd():
@@ -333,7 +315,7 @@ async def run_ask(app: App, name: str, prompt: str, *, out: TextIO, err: TextIO)
     author = local_author()
     runner = app.runner
     await runner.recover()
-    surface = TerminalSurface(key, out=out, err=err, tools=app.tools_for(key), stream=False)
+    surface = TerminalSurface(key, out=out, err=err, stream=False)
 
     def interrupt() -> None:
         runner.stop(key, by=author)  # this run and anything queued behind it
@@ -400,7 +382,6 @@ class _Chat:
             self.key,
             out=self.out,
             err=self.err,
-            tools=self.app.tools_for(self.key),
             stream=True,
             on_close=self.idle,
         )

@@ -70,7 +70,7 @@ class MessageEnd:
 @dataclass(slots=True, frozen=True)
 class ToolExecutionStart:
     """A tool call starts. `label` is the tool's own short description of the call for people
-    ("Read README.md"; `AgentTool.describe`), or the tool's name."""
+    ("Read README.md"; `AgentTool.summarize`), or the tool's name."""
 
     tool_call_id: str
     tool_name: str

@@ -509,7 +509,7 @@ class _Run:
 def _label(tool: AnyTool, params: Any) -> str:
     """The tool's own one-line description of a call, bounded; its name if that fails."""
     try:
-        text = " ".join(tool.describe(params).split())
+        text = " ".join(tool.summarize(params).split())
     except Exception:
         log.warning("tool %s could not describe a call", tool.name, exc_info=True)
         return tool.name

@@ -136,14 +136,10 @@ class AgentTool(ABC, Generic[P]):
             input_schema=tool_input_schema(self.parameters),
         )
 
-    def describe(self, params: P) -> str:
-        """A short label for a call, shown to people as the call starts ("Read README.md",
-        "grep TODO in src/"). Tools override it; the default is the tool's name. The loop
-        keeps it to one line and bounds its length."""
-        return self.name
-
     def summarize(self, params: P) -> str:
-        """A one-line description of a call for people (e.g. "Read README.md")."""
+        """A short label for a call, shown to people as it starts ("Read README.md", "grep TODO
+        in src/"); the loop puts it on `ToolExecutionStart`, kept to one line and bounded, so
+        no surface needs the toolset to describe a call. Tools override it."""
         first = next(iter(params.model_dump(exclude_none=True).values()), None)
         return f"{self.label} {first}" if isinstance(first, str | int | float) else self.label
 

@@ -17,15 +17,12 @@ from bots.terminal import (
     StdinLines,
     TerminalSurface,
     TerminalSurfaces,
-    describe_call,
     run_chat,
 )
 from core.events import MessageEnd, MessageUpdate, ToolExecutionEnd, ToolExecutionStart
 from core.messages import AssistantMessage, Author, Text, ToolResultMessage, Usage
 from core.models.base import TextDelta, ThinkingDelta
-from core.tools import AnyTool
 from storage.base import RunOutcome
-from tools.files import ReadTool
 
 KEY = "terminal:default"
 ADA = Author(id="local:ada", name="ada")
@@ -33,8 +30,7 @@ ADA = Author(id="local:ada", name="ada")
 
 def make_surface(*, stream: bool = True) -> tuple[TerminalSurface, io.StringIO, io.StringIO]:
     out, err = io.StringIO(), io.StringIO()
-    tools: dict[str, AnyTool] = {"read": ReadTool()}
-    return TerminalSurface(KEY, out=out, err=err, tools=tools, stream=stream), out, err
+    return TerminalSurface(KEY, out=out, err=err, stream=stream), out, err
 
 
 def text_delta(text: str) -> MessageUpdate:
@@ -66,7 +62,9 @@ async def test_answer_streams_to_stdout_and_tool_activity_goes_to_stderr() -> No
     await surface.emit(text_delta("look."))
     assert out.getvalue() == "Let me look."  # streamed as it arrives
 
-    await surface.emit(ToolExecutionStart("call-1", "read", {"path": "README.md"}))
+    await surface.emit(
+        ToolExecutionStart("call-1", "read", {"path": "README.md"}, "Read README.md")
+    )
     await surface.emit(tool_end("read", "# Teammate\n..."))
     await surface.emit(text_delta("It is a chat assistant."))
     await surface.emit(assistant_end("It is a chat assistant."))
@@ -91,7 +89,9 @@ async def test_thinking_is_not_printed() -> None:
 
 async def test_a_failed_tool_shows_the_first_line_of_its_error() -> None:
     surface, _, err = make_surface()
-    await surface.emit(ToolExecutionStart("call-1", "read", {"path": "missing.txt"}))
+    await surface.emit(
+        ToolExecutionStart("call-1", "read", {"path": "missing.txt"}, "Read missing.txt")
+    )
     await surface.emit(
         tool_end("read", "File not found: missing.txt\nTry ls first.", is_error=True)
     )
@@ -149,13 +149,14 @@ async def test_a_stopped_run_is_marked_as_stopped_not_failed() -> None:
     assert not surface.failed
 
 
-def test_tool_calls_are_described_by_the_tool_else_by_name() -> None:
-    read = ReadTool()
-    assert describe_call(read, "read", {"path": "a.txt"}) == "Read a.txt"
-    assert describe_call(read, "read", {"nonsense": 1}) == "Read"  # invalid arguments
-    assert describe_call(None, "mystery", {"x": 1}) == "mystery"
-    long = describe_call(read, "read", {"path": "x" * 300})
-    assert len(long) == 100 and long.endswith("…")
+async def test_a_tool_call_is_shown_by_the_label_the_loop_gives_else_its_name() -> None:
+    surface, _out, err = make_surface()
+    await surface.emit(ToolExecutionStart("t1", "read", {"path": "a.txt"}, "Read a.txt"))
+    await surface.emit(ToolExecutionStart("t2", "mystery", {"x": 1}))
+    await surface.emit(ToolExecutionStart("t3", "read", {}, "Read " + "x" * 300))
+    first, second, third = err.getvalue().splitlines()
+    assert (first, second) == ("⚙ Read a.txt", "⚙ mystery")
+    assert len(third) == len("⚙ ") + 100 and third.endswith("…")
 
 
 async def test_interrupted_runs_are_reported_for_terminal_conversations_only() -> None:

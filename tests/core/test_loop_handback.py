@@ -55,14 +55,14 @@ async def test_a_stopped_run_hands_back_steering_instead_of_delivering_it() -> N
 
 
 class DescribedSleep(SleepTool):
-    def describe(self, params: SleepParams) -> str:
+    def summarize(self, params: SleepParams) -> str:
         return f"Sleep {params.seconds:g} s\nfor {params.tag * 200}"
 
 
 class BrokenDescribe(SleepTool):
     name = "broken"
 
-    def describe(self, params: SleepParams) -> str:
+    def summarize(self, params: SleepParams) -> str:
         raise ValueError("no")
 
     async def execute(self, call_id: str, params: SleepParams, ctx: ToolContext) -> ToolResult:
@@ -83,7 +83,7 @@ async def test_tool_starts_carry_the_tools_own_label() -> None:
     assert labels[1:] == ["broken", "missing"]
 
 
-async def test_the_default_label_is_the_tools_name() -> None:
+async def test_the_default_label_is_the_tools_label_and_its_first_argument() -> None:
     model = ScriptedModel([Reply(tool_calls=[call("sleep", {"seconds": 0})]), Reply(text="ok")])
     events = [e async for e in run_agent(context(SleepTool()), model)]
-    assert [e.label for e in events if isinstance(e, ToolExecutionStart)] == ["sleep"]
+    assert [e.label for e in events if isinstance(e, ToolExecutionStart)] == ["Sleep 0.0"]
