@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 MAX_INLINE_IMAGE_BYTES = 5 * 1024 * 1024
 MAX_ATTACHMENT_BYTES = 64 * 1024 * 1024
+SAME_NAME_CHECKS = 20  # files of one name looked at for an identical, earlier copy
 MAX_FILES_OUT = 10
 MAX_FILE_OUT_BYTES = 25 * 1024 * 1024  # what Discord accepts without boosts; Slack takes more
 MAX_FILES_OUT_BYTES = 50 * 1024 * 1024  # all the files of one tool result together
@@ -65,13 +66,29 @@ def save_attachment(workspace: Path, attachment: Attachment) -> str:
     """Write `attachment` under `workspace/attachments/` (an existing file keeps its name; the
     new one gets `name-N.ext`); its path relative to the workspace. Raises `ToolError` if a
     link is in the way or the file is too big: nothing is written then."""
+    wanted = f"attachments/{safe_file_name(attachment.name)}"
+    already = _saved_before(workspace, wanted, attachment.data)
+    if already is not None:
+        return already
     return write_file_in_workspace(
-        workspace,
-        f"attachments/{safe_file_name(attachment.name)}",
-        attachment.data,
-        max_bytes=MAX_ATTACHMENT_BYTES,
-        unique=True,
+        workspace, wanted, attachment.data, max_bytes=MAX_ATTACHMENT_BYTES, unique=True
     )
+
+
+def _saved_before(workspace: Path, wanted: str, data: bytes) -> str | None:
+    """The name this very content was saved under, if a platform's retry of the same event
+    brings it again (attachments are saved before the delivery is found to be a repeat)."""
+    stem, dot, suffix = wanted.rpartition(".")
+    if not dot or "/" in suffix:
+        stem, dot, suffix = wanted, "", ""
+    for n in range(SAME_NAME_CHECKS):
+        candidate = wanted if n == 0 else f"{stem}-{n}{dot}{suffix}"
+        try:
+            if read_file_in_workspace(workspace, candidate, max_bytes=len(data)) == data:
+                return candidate
+        except ToolError:  # missing, bigger, or not a plain file: not this content
+            continue
+    return None
 
 
 async def files_out(result: ToolResultMessage, workspace: Path) -> list[FileOut]:

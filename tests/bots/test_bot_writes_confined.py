@@ -121,3 +121,25 @@ async def test_an_offered_link_to_a_host_file_is_not_attached(
     await runner.wait(KEY)
 
     assert [e for e in surface.events if isinstance(e, FileOut)] == []
+
+
+async def test_a_repeated_delivery_does_not_save_its_files_again(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    folder = workspace_of(tmp_path) / "attachments"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("someone else's notes")  # a different file, same name
+    model = ScriptedModel([Reply(text="ok")])
+    runner = make_runner(store, tmp_path, model)
+    notes = Attachment(name="notes.txt", mime_type="text/plain", data=b"our notes")
+
+    for _ in range(3):  # the platform retries the same event
+        await runner.submit(
+            incoming("see attached", attachments=(notes,), delivery="Ev-retried"),
+            RecordingSurface(),
+        )
+        await runner.wait(KEY)
+
+    assert sorted(p.name for p in folder.iterdir()) == ["notes-1.txt", "notes.txt"]
+    assert (folder / "notes-1.txt").read_bytes() == b"our notes"
+    assert len(model.requests) == 1
