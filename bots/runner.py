@@ -382,10 +382,10 @@ class ConversationRunner:
             model=model.info.id,
             surface_ref=run.feed.ref,
             owner=OWNER,
+            deliver=[q.item.id for q in batch],  # the run's own messages: one transaction
         )
         run.id = record.id
         run.feed.put(RunStarted(conversation.key, run.id, author))
-        await self.store.deliver(conversation.id, [q.item.id for q in batch], run_id=run.id)
         for queued in batch[1:]:
             self._acknowledge(queued, DELIVERED_TEXT)
 
@@ -465,10 +465,16 @@ class ConversationRunner:
         async for event in run_agent(context, model, control=control, config=config):
             if isinstance(event, MessageEnd):
                 message = event.message
-                if isinstance(message, AssistantMessage | ToolResultMessage):
+                if isinstance(message, AssistantMessage):  # with its usage: one transaction
+                    await self.store.append_message(
+                        conversation_id,
+                        message,
+                        run_id=run.id,
+                        usage=message.usage,
+                        model=model.info.id,
+                    )
+                elif isinstance(message, ToolResultMessage):
                     await self.store.append_message(conversation_id, message, run_id=run.id)
-                    if isinstance(message, AssistantMessage) and message.usage.total_tokens:
-                        await self.store.record_usage(run.id, message.usage, model=model.info.id)
                 else:
                     await self._delivered(state, run, message)
             elif isinstance(event, AgentEnd):
