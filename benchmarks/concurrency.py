@@ -7,10 +7,10 @@ the user message committed first, run records, persisted replies, usage ledger, 
 Figures per N: wall time from the first submit to the last run recorded, its ratio to the
 model's 1 s, the overhead per turn (wall time of the same N conversations with a zero-latency
 model, divided by N: comparable with every earlier version), and peak resident memory of the
-process. The overhead is then split, per turn: "loop alone" (the same conversations through the
-agent loop and scripted model only: the harness, not the runner), "runner own" (the event
-loop's CPU beyond the loop alone: what the runner adds) and "store thread" (CPU of the store's
-database thread, beside the event loop).
+process. The overhead is then split, per turn, in CPU time: "loop alone" (the same
+conversations through the agent loop and scripted model only: the harness, not the runner),
+"runner own" (the event loop's CPU beyond the loop alone: what the runner adds) and "store
+thread" (CPU of the store's database thread, beside the event loop).
 
 The steering-heavy case (issue 8): STEER_N conversations, each receiving 3 messages 50-300 ms
 apart while a 1 s model reply with one tool call runs (the later two are steered into the run,
@@ -236,7 +236,7 @@ async def run_steering_wave(
 
 async def run_loops_alone(size: int, *, steering: bool) -> tuple[float, int]:
     """The same conversations through the agent loop and scripted model alone (no runner, no
-    store, no surface), zero latency: what the harness itself costs. Returns (wall s, model
+    store, no surface), zero latency: what the harness itself costs. Returns (CPU s, model
     calls). Subtracted from the runner's figure, it leaves the runner's own cost."""
     author = Author(id="U1", name="Ada")
     look = LookTool()
@@ -265,9 +265,9 @@ async def run_loops_alone(size: int, *, steering: bool) -> tuple[float, int]:
         async for _event in run_agent(context, model, control=control, config=LoopConfig()):
             pass
 
-    started = time.perf_counter()
+    cpu_before = time.thread_time()  # CPU, not wall: comparable with the runner's CPU
     await asyncio.gather(*(conversation(i) for i in range(size)))
-    return time.perf_counter() - started, len(model.requests) if steering else size
+    return time.thread_time() - cpu_before, len(model.requests) if steering else size
 
 
 def peak_rss_mb() -> float:
@@ -320,7 +320,7 @@ COST_HEADER = f"{'overhead ms/turn':>17} {'loop alone':>10} {'runner own':>10} {
 
 def costs(zero: dict[str, float], calls: int, alone_s: float, alone_calls: int) -> dict[str, float]:
     """Per model call, zero latency: `overhead` (wall, as measured since the first version);
-    `loop` (the agent loop and scripted model alone: the harness); `runner_own` (the runner's
+    `loop` (CPU of the agent loop and scripted model alone: the harness); `runner_own` (the runner's
     event-loop CPU beyond the loop's: what the runner itself adds); `store_thread` (CPU of the
     store's database thread, which runs beside the event loop)."""
     loop_ms = alone_s / alone_calls * 1000
