@@ -5,8 +5,12 @@ replies overlap as real network calls do). Everything else is real: delivery de-
 the user message committed first, run records, persisted replies, usage ledger, surfaces.
 
 Figures per N: wall time from the first submit to the last run recorded, its ratio to the
-model's 1 s, the runner's own cost per turn (wall time of the same N conversations with a
-zero-latency model, divided by N), and peak resident memory of the process.
+model's 1 s, the overhead per turn (wall time of the same N conversations with a zero-latency
+model, divided by N: comparable with every earlier version), and peak resident memory of the
+process. The overhead is then split, per turn, in CPU time: "loop alone" (the same
+conversations through the agent loop and scripted model only: the harness, not the runner),
+"runner own" (the event loop's CPU beyond the loop alone: what the runner adds) and "store
+thread" (CPU of the store's database thread, beside the event loop).
 
 The steering-heavy case (issue 8): STEER_N conversations, each receiving 3 messages 50-300 ms
 apart while a 1 s model reply with one tool call runs (the later two are steered into the run,
@@ -18,7 +22,7 @@ run would send it, differs from what the model was last sent plus its reply).
 
 Run: uv run python benchmarks/concurrency.py [--sizes 100 1000] [--latency 1.0] [--steer 1000]
 Prints two tables, then one JSON line. Targets at N = 1,000: wall < 1.3 s, peak memory < 300 MB;
-steering: all answered, no duplicates, no mismatches, overhead < 0.5 ms per model call.
+steering: all answered, no duplicates, no mismatches, runner own < 0.5 ms per model call.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import random
 import resource
 import sqlite3
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,7 @@ from bots.runner import ConversationRunner
 from bots.settings import Settings
 from bots.surface import SurfaceEvent
 from core.history import repair_history
+from core.loop import AgentContext, LoopConfig, RunControl, run_agent
 from core.messages import AssistantMessage, Author, Message, ToolResultMessage, UserMessage
 from core.models.base import ModelRequest
 from core.models.scripted import Reply, ScriptedModel, call
@@ -67,8 +73,23 @@ class CountingSurface:
         return None
 
 
-async def run_wave(size: int, latency_s: float, data_dir: Path) -> float:
-    """Wall seconds for `size` conversations answered once each."""
+def thread_cpu_s() -> tuple[float, float]:
+    """CPU seconds so far: (this thread: the event loop, every other live thread: the store's
+    database thread). Apart, they show which side of the store a cost is on."""
+    others = 0.0
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.ident is None:
+            continue
+        try:
+            others += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (OSError, AttributeError):  # not Linux, or the thread just ended
+            continue
+    return time.thread_time(), others
+
+
+async def run_wave(size: int, latency_s: float, data_dir: Path) -> dict[str, float]:
+    """`size` conversations answered once each: wall seconds, event-loop and store-thread CPU
+    seconds."""
     store = await SqliteStore.open(data_dir / "teammate.db")
     model = ScriptedModel(
         default=Reply(text="an answer of a few words", latency_s=latency_s), record=False
@@ -82,6 +103,7 @@ async def run_wave(size: int, latency_s: float, data_dir: Path) -> float:
     )
     author = Author(id="U1", name="Ada")
     stamp = time.time()
+    loop_cpu_before = time.thread_time()
     started = time.perf_counter()
     await asyncio.gather(
         *(
@@ -101,10 +123,11 @@ async def run_wave(size: int, latency_s: float, data_dir: Path) -> float:
     )
     await runner.wait_all()
     wall = time.perf_counter() - started
+    loop_cpu, store_cpu = thread_cpu_s()  # the store's thread was started for this wave
     runs = await store.usage_since(0)
     assert runs.output > 0
     await store.close()
-    return wall
+    return {"wall": wall, "loop_cpu": loop_cpu - loop_cpu_before, "store_cpu": store_cpu}
 
 
 class NoParams(BaseModel):
@@ -165,10 +188,12 @@ async def run_steering_wave(
             )
             await runner.submit(incoming, CountingSurface())
 
+    loop_cpu_before = time.thread_time()
     started = time.perf_counter()
     await asyncio.gather(*(conversation(i) for i in range(size)))
     await runner.wait_all()
     wall = time.perf_counter() - started
+    loop_cpu, store_cpu = thread_cpu_s()
 
     last_request: dict[str, ModelRequest] = {}
     duplicates = 0
@@ -204,7 +229,45 @@ async def run_steering_wave(
         "duplicates": duplicates,
         "mismatches": mismatches,
         "model_calls": len(model.requests),
+        "loop_cpu": loop_cpu - loop_cpu_before,
+        "store_cpu": store_cpu,
     }
+
+
+async def run_loops_alone(size: int, *, steering: bool) -> tuple[float, int]:
+    """The same conversations through the agent loop and scripted model alone (no runner, no
+    store, no surface), zero latency: what the harness itself costs. Returns (CPU s, model
+    calls). Subtracted from the runner's figure, it leaves the runner's own cost."""
+    author = Author(id="U1", name="Ada")
+    look = LookTool()
+
+    def reply(request: ModelRequest) -> Reply:
+        if any(isinstance(m, ToolResultMessage) for m in request.messages):
+            return Reply(text="answered all of you", latency_s=0.0)
+        return Reply(tool_calls=[call("look")], latency_s=0.0)
+
+    model = (
+        ScriptedModel(default=reply)
+        if steering
+        else ScriptedModel(default=Reply(text="an answer of a few words", latency_s=0.0))
+    )
+
+    async def conversation(index: int) -> None:
+        control = RunControl()
+        if steering:  # the later two arrive during the first reply, as in the runner's case
+            for later in (1, 2):
+                control.steer(UserMessage(content=f"c{index} m{later}", author=author))
+        context = AgentContext(
+            "Plain text.",
+            [UserMessage(content=f"c{index} m0", author=author)],
+            [look] if steering else [],
+        )
+        async for _event in run_agent(context, model, control=control, config=LoopConfig()):
+            pass
+
+    cpu_before = time.thread_time()  # CPU, not wall: comparable with the runner's CPU
+    await asyncio.gather(*(conversation(i) for i in range(size)))
+    return time.thread_time() - cpu_before, len(model.requests) if steering else size
 
 
 def peak_rss_mb() -> float:
@@ -223,7 +286,7 @@ async def main() -> None:
         "conversation, real runner + SQLite store (WAL) in a temp dir"
     )
     figures: dict[str, float] = {}
-    print(f"{'N':>6} {'wall s':>8} {'ratio':>7} {'overhead ms/turn':>17} {'peak MB':>8}")
+    print(f"{'N':>6} {'wall s':>8} {'ratio':>7} {COST_HEADER} {'peak MB':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
             base = Path(tmp) / f"n{size}"
@@ -232,23 +295,48 @@ async def main() -> None:
             (base / "real").mkdir()
             await run_wave(10, 0.0, base / "warm")
             zero = await run_wave(size, 0.0, base / "zero")
-            wall = await run_wave(size, args.latency, base / "real")
-            overhead = zero / size * 1000
+            alone, alone_calls = await run_loops_alone(size, steering=False)
+            wall = (await run_wave(size, args.latency, base / "real"))["wall"]
+            cost = costs(zero, size, alone, alone_calls)
             peak = peak_rss_mb()
             figures.update(
                 {
                     f"wall_s_{size}": round(wall, 3),
                     f"ratio_{size}": round(wall / args.latency, 3),
-                    f"overhead_ms_per_turn_{size}": round(overhead, 3),
+                    **{f"{name}_{size}": value for name, value in cost.items()},
                     f"peak_mb_{size}": round(peak, 1),
                 }
             )
             print(
-                f"{size:>6} {wall:>8.3f} {wall / args.latency:>7.3f} {overhead:>17.3f} {peak:>8.1f}"
+                f"{size:>6} {wall:>8.3f} {wall / args.latency:>7.3f} {cost_row(cost)} {peak:>8.1f}"
             )
         if args.steer:
             figures.update(await steering_case(args.steer, args.latency, Path(tmp) / "steer"))
     print(json.dumps(figures))
+
+
+COST_HEADER = f"{'overhead ms/turn':>17} {'loop alone':>10} {'runner own':>10} {'store thread':>12}"
+
+
+def costs(zero: dict[str, float], calls: int, alone_s: float, alone_calls: int) -> dict[str, float]:
+    """Per model call, zero latency: `overhead` (wall, as measured since the first version);
+    `loop` (CPU of the agent loop and scripted model alone: the harness); `runner_own` (the runner's
+    event-loop CPU beyond the loop's: what the runner itself adds); `store_thread` (CPU of the
+    store's database thread, which runs beside the event loop)."""
+    loop_ms = alone_s / alone_calls * 1000
+    return {
+        "overhead_ms_per_turn": round(zero["wall"] / calls * 1000, 3),
+        "loop_ms_per_turn": round(loop_ms, 3),
+        "runner_own_ms_per_turn": round(zero["loop_cpu"] / calls * 1000 - loop_ms, 3),
+        "store_thread_ms_per_turn": round(zero["store_cpu"] / calls * 1000, 3),
+    }
+
+
+def cost_row(cost: dict[str, float]) -> str:
+    return (
+        f"{cost['overhead_ms_per_turn']:>17.3f} {cost['loop_ms_per_turn']:>10.3f} "
+        f"{cost['runner_own_ms_per_turn']:>10.3f} {cost['store_thread_ms_per_turn']:>12.3f}"
+    )
 
 
 async def steering_case(size: int, latency_s: float, base: Path) -> dict[str, float]:
@@ -260,15 +348,16 @@ async def steering_case(size: int, latency_s: float, base: Path) -> dict[str, fl
     )
     await run_steering_wave(10, 0.0, base / "warm", gaps=False)
     zero = await run_steering_wave(size, 0.0, base / "zero", gaps=False)
+    alone, alone_calls = await run_loops_alone(size, steering=True)
     real = await run_steering_wave(size, latency_s, base / "real", gaps=True)
-    overhead = zero["wall"] / zero["model_calls"] * 1000
+    cost = costs(zero, int(zero["model_calls"]), alone, alone_calls)
     print(
-        f"{'N':>6} {'wall s':>8} {'overhead ms/turn':>17} {'answered/sent':>14} "
-        f"{'duplicates':>10} {'replay mismatches':>18}"
+        f"{'N':>6} {'wall s':>8} {COST_HEADER} {'answered/sent':>14} {'duplicates':>10} "
+        f"{'replay mismatches':>18}"
     )
     answered = f"{real['answered']:.0f}/{real['sent']:.0f}"
     print(
-        f"{size:>6} {real['wall']:>8.3f} {overhead:>17.3f} {answered:>14} "
+        f"{size:>6} {real['wall']:>8.3f} {cost_row(cost)} {answered:>14} "
         f"{real['duplicates'] + zero['duplicates']:>10.0f} "
         f"{real['mismatches'] + zero['mismatches']:>18.0f}"
     )
@@ -277,7 +366,7 @@ async def steering_case(size: int, latency_s: float, base: Path) -> dict[str, fl
         "steer_answered": real["answered"],
         "steer_duplicates": real["duplicates"] + zero["duplicates"],
         "steer_replay_mismatches": real["mismatches"] + zero["mismatches"],
-        "steer_overhead_ms_per_turn": round(overhead, 3),
+        **{f"steer_{name}": value for name, value in cost.items()},
         "steer_wall_s": round(real["wall"], 3),
     }
 

@@ -50,7 +50,7 @@ class RunState:
     def __init__(self, feed: SurfaceFeed) -> None:
         self.id: int | None = None
         self.feed = feed
-        self.control = RunControl()
+        self.control: RunControl | None = None  # one per attempt, made when it starts
         self.stop_reason: str | None = None
         self.accepting = False  # the loop is running and takes steering
         # Steered messages by identity: the loop's message_end names the very object.
@@ -65,14 +65,15 @@ class RunState:
         return self.control
 
     def steer(self, queued: Queued) -> None:
-        if self.accepting:
+        if self.accepting and self.control is not None:
             self.steered[id(queued.item.message)] = queued
             self.control.steer(queued.item.message)
 
     def cancel(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
-        self.control.cancel(reason)
+        if self.control is not None:  # else the next attempt's control starts cancelled
+            self.control.cancel(reason)
 
 
 class ConversationState:

@@ -200,7 +200,9 @@ class ConversationRunner:
             if state is not None:
                 await state.done.wait()
                 continue
-            feeds = [f.task for f in self._feeds.get(conversation_key, ()) if not f.task.done()]
+            feeds = [
+                f.finished for f in self._feeds.get(conversation_key, ()) if not f.finished.done()
+            ]
             if not feeds:
                 return
             await asyncio.wait(feeds)
@@ -208,7 +210,9 @@ class ConversationRunner:
     async def wait_all(self) -> None:
         while True:
             busy = set(self._active)
-            busy |= {k for k, feeds in self._feeds.items() if any(not f.task.done() for f in feeds)}
+            busy |= {
+                k for k, feeds in self._feeds.items() if any(not f.finished.done() for f in feeds)
+            }
             if not busy:
                 return
             for key in busy:
@@ -222,9 +226,10 @@ class ConversationRunner:
             if state.run is not None:
                 state.run.cancel("Teammate is shutting down.")
         tasks = [s.task for s in self._active.values() if s.task is not None]
-        tasks += [f.task for feeds in self._feeds.values() for f in feeds]
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout_s)
+        waits: list[asyncio.Future[None]] = [*tasks]
+        waits += [f.finished for feeds in self._feeds.values() for f in feeds]
+        if waits:
+            await asyncio.wait(waits, timeout=timeout_s)
 
     async def reset(self, conversation_key: str) -> bool:
         """Start the conversation afresh: later runs see nothing before this point."""
@@ -377,10 +382,10 @@ class ConversationRunner:
             model=model.info.id,
             surface_ref=run.feed.ref,
             owner=OWNER,
+            deliver=[q.item.id for q in batch],  # the run's own messages: one transaction
         )
         run.id = record.id
         run.feed.put(RunStarted(conversation.key, run.id, author))
-        await self.store.deliver(conversation.id, [q.item.id for q in batch], run_id=run.id)
         for queued in batch[1:]:
             self._acknowledge(queued, DELIVERED_TEXT)
 
@@ -460,10 +465,16 @@ class ConversationRunner:
         async for event in run_agent(context, model, control=control, config=config):
             if isinstance(event, MessageEnd):
                 message = event.message
-                if isinstance(message, AssistantMessage | ToolResultMessage):
+                if isinstance(message, AssistantMessage):  # with its usage: one transaction
+                    await self.store.append_message(
+                        conversation_id,
+                        message,
+                        run_id=run.id,
+                        usage=message.usage,
+                        model=model.info.id,
+                    )
+                elif isinstance(message, ToolResultMessage):
                     await self.store.append_message(conversation_id, message, run_id=run.id)
-                    if isinstance(message, AssistantMessage) and message.usage.total_tokens:
-                        await self.store.record_usage(run.id, message.usage, model=model.info.id)
                 else:
                     await self._delivered(state, run, message)
             elif isinstance(event, AgentEnd):
@@ -544,12 +555,12 @@ class ConversationRunner:
         feeds = self._feeds.setdefault(key, set())
         feeds.add(feed)
 
-        def forget(_task: asyncio.Task[None]) -> None:
+        def forget(_finished: asyncio.Future[None]) -> None:
             feeds.discard(feed)
             if not feeds and self._feeds.get(key) is feeds:
                 del self._feeds[key]
 
-        feed.task.add_done_callback(forget)
+        feed.finished.add_done_callback(forget)
         return feed
 
     async def _ref_changed(self, run_id: int, ref: dict[str, Any]) -> None:

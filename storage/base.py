@@ -152,8 +152,18 @@ class ConversationStore(Protocol):
 
     # messages: append-only, each committed when appended
     async def append_message(
-        self, conversation_id: int, message: Message, *, run_id: int | None = None
-    ) -> StoredMessage: ...
+        self,
+        conversation_id: int,
+        message: Message,
+        *,
+        run_id: int | None = None,
+        usage: Usage | None = None,
+        model: str | None = None,
+    ) -> StoredMessage:
+        """Append `message` as the next seq. With `usage` (a model reply's; needs `run_id`),
+        also record it in the ledger in the same transaction, unless it used no tokens."""
+        ...
+
     async def load(self, conversation_id: int) -> LoadedConversation: ...
     async def messages_after(self, conversation_id: int, seq: int) -> list[StoredMessage]: ...
     async def message_count(self, conversation_id: int) -> int: ...
@@ -215,9 +225,11 @@ class ConversationStore(Protocol):
         model: str | None = None,
         surface_ref: dict[str, Any] | None = None,
         owner: dict[str, Any] | None = None,
+        deliver: Sequence[int] = (),
     ) -> RunRecord:
         """Record a run as "running"; `channel_key` defaults to the conversation's. `owner`
-        identifies the process running it, for crash recovery."""
+        identifies the process running it, for crash recovery. `deliver`: inbox items to
+        deliver to the new run in the same transaction (as `deliver` would, same errors)."""
         ...
 
     async def finish_run(

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from core.messages import Message, Usage, dump_message, load_message
+from core.messages import Message, Usage, dump_message
 from storage import sqlite_rows as rows
 from storage.base import (
     Accepted,
@@ -250,13 +250,29 @@ class SqliteStore:
     # --- messages -------------------------------------------------------------------------
 
     async def append_message(
-        self, conversation_id: int, message: Message, *, run_id: int | None = None
+        self,
+        conversation_id: int,
+        message: Message,
+        *,
+        run_id: int | None = None,
+        usage: Usage | None = None,
+        model: str | None = None,
     ) -> StoredMessage:
-        """Append `message` as the conversation's next seq; committed when this returns."""
+        """Append `message` as the conversation's next seq; committed when this returns.
+
+        With `usage` (a model reply's, needing `run_id`): its ledger entry is recorded in the
+        same transaction, as `record_usage` would (nothing for a reply that used no tokens).
+        """
+        if usage is not None and run_id is None:
+            raise ValueError("usage is recorded against a run: give run_id")
         body_json = dump_message(message).decode()
         now = self._clock()
+        charge = usage is not None and usage.total_tokens > 0
 
         def body(db: sqlite3.Connection) -> StoredMessage:
+            if charge:  # first: an unknown run is a KeyError, as from record_usage
+                assert usage is not None and run_id is not None
+                rows.record_usage(db, run_id, usage, model, now)
             seq = rows.append_message(db, conversation_id, message, body_json, run_id, now)
             return StoredMessage(seq=seq, message=message)
 
@@ -417,32 +433,10 @@ class SqliteStore:
         delivered, in one transaction; items already settled are skipped."""
         ids = list(item_ids)
         now = self._clock()
-        known = {
-            item_id: entry[1]
-            for item_id in ids
-            if (entry := self._accepted.get(item_id)) is not None and entry[0] == conversation_id
-        }
+        known = self._known(conversation_id, ids)
 
         def body(db: sqlite3.Connection) -> list[StoredMessage]:
-            items = rows.inbox_rows(db, conversation_id, ids)
-            stored: list[StoredMessage] = []
-            for item_id in ids:
-                state, body_json = items[item_id]
-                if state != "pending":
-                    continue
-                assert body_json is not None  # a pending item keeps its body
-                items[item_id] = ("delivered", None)  # an id given twice is delivered once
-                message = known.get(item_id)
-                if message is None:
-                    message = load_message(body_json)
-                seq = rows.append_message(db, conversation_id, message, body_json, run_id, now)
-                db.execute(
-                    "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, "
-                    "seq = ?, run_id = ? WHERE id = ?",
-                    (now, seq, run_id, item_id),
-                )
-                stored.append(StoredMessage(seq=seq, message=message))
-            return stored
+            return rows.deliver_items(db, conversation_id, ids, known, run_id, now)
 
         stored = await self._write(body)
         self._forget(ids)
@@ -464,6 +458,14 @@ class SqliteStore:
         await self._write(body)
         self._forget(ids)
 
+    def _known(self, conversation_id: int, item_ids: list[int]) -> dict[int, Message]:
+        """The accepted messages this store still holds for `item_ids`."""
+        return {
+            item_id: entry[1]
+            for item_id in item_ids
+            if (entry := self._accepted.get(item_id)) is not None and entry[0] == conversation_id
+        }
+
     def _forget(self, item_ids: list[int]) -> None:
         """Settled items (delivered or dropped, now or before) need no kept message."""
         for item_id in item_ids:
@@ -480,11 +482,19 @@ class SqliteStore:
         model: str | None = None,
         surface_ref: dict[str, Any] | None = None,
         owner: dict[str, Any] | None = None,
+        deliver: Sequence[int] = (),
     ) -> RunRecord:
-        """Record a run as "running". `channel_key` defaults to the conversation's."""
+        """Record a run as "running". `channel_key` defaults to the conversation's.
+
+        `deliver`: inbox items to deliver to the new run in the same transaction, exactly as
+        `deliver(conversation_id, items, run_id=<the new run>)` would (same order, same
+        errors: an unknown item raises `KeyError` and no run is recorded).
+        """
         now = self._clock()
         surface_json = rows.dump_json(surface_ref or {})
         owner_json = rows.dump_json(owner or {})
+        ids = list(deliver)
+        known = self._known(conversation_id, ids)
 
         def body(db: sqlite3.Connection) -> RunRecord:
             found = rows.conversation_row(db, conversation_id, "key, channel_key")
@@ -495,6 +505,8 @@ class SqliteStore:
                 (conversation_id, now, user_id, run_channel, model, surface_json, owner_json),
             )
             assert cursor.lastrowid is not None
+            if ids:
+                rows.deliver_items(db, conversation_id, ids, known, cursor.lastrowid, now)
             # A new run has no ledger entries yet: its usage is zero without asking.
             return RunRecord(
                 id=cursor.lastrowid,
@@ -512,7 +524,9 @@ class SqliteStore:
                 owner=json.loads(owner_json),
             )
 
-        return await self._write(body)
+        record = await self._write(body)
+        self._forget(ids)
+        return record
 
     async def finish_run(
         self, run_id: int, outcome: RunOutcome, *, error: str | None = None
@@ -601,28 +615,10 @@ class SqliteStore:
 
     async def record_usage(self, run_id: int, usage: Usage, *, model: str | None = None) -> None:
         """Add one model reply's usage, attributed to the run's conversation, user and channel."""
-        params = (
-            model,
-            self._clock(),
-            usage.input,
-            usage.output,
-            usage.cache_read,
-            usage.cache_write,
-            usage.cost,
-            run_id,
-        )
+        now = self._clock()
 
         def body(db: sqlite3.Connection) -> None:
-            cursor = db.execute(
-                "INSERT INTO usage_ledger (run_id, conversation_id, user_id, channel_key, model, "
-                "at, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
-                "cost_usd) "
-                "SELECT id, conversation_id, user_id, channel_key, COALESCE(?, model), "
-                "?, ?, ?, ?, ?, ? FROM runs WHERE id = ?",
-                params,
-            )
-            if cursor.rowcount != 1:
-                raise KeyError(f"no run with id {run_id}")
+            rows.record_usage(db, run_id, usage, model, now)
 
         await self._write(body)
 

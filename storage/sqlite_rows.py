@@ -134,6 +134,62 @@ def inbox_item(conversation_id: int, row: Sequence[Any]) -> InboxItem:
     )
 
 
+def deliver_items(
+    db: sqlite3.Connection,
+    conversation_id: int,
+    item_ids: list[int],
+    known: dict[int, Message],
+    run_id: int | None,
+    now: float,
+) -> list[StoredMessage]:
+    """Append pending inbox items to history in the order given and mark them delivered;
+    settled ones are skipped. `known`: messages already in memory, so they are not parsed
+    again. KeyError (before anything is written) unless every item is this conversation's."""
+    items = inbox_rows(db, conversation_id, item_ids)
+    stored: list[StoredMessage] = []
+    for item_id in item_ids:
+        state, body_json = items[item_id]
+        if state != "pending":
+            continue
+        assert body_json is not None  # a pending item keeps its body
+        items[item_id] = ("delivered", None)  # an id given twice is delivered once
+        message = known.get(item_id)
+        if message is None:
+            message = load_message(body_json)
+        seq = append_message(db, conversation_id, message, body_json, run_id, now)
+        db.execute(
+            "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, seq = ?, "
+            "run_id = ? WHERE id = ?",
+            (now, seq, run_id, item_id),
+        )
+        stored.append(StoredMessage(seq=seq, message=message))
+    return stored
+
+
+def record_usage(
+    db: sqlite3.Connection, run_id: int, usage: Usage, model: str | None, now: float
+) -> None:
+    """One ledger entry, attributed to the run's conversation, user and channel."""
+    cursor = db.execute(
+        "INSERT INTO usage_ledger (run_id, conversation_id, user_id, channel_key, model, at, "
+        "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
+        "SELECT id, conversation_id, user_id, channel_key, COALESCE(?, model), ?, ?, ?, ?, ?, ? "
+        "FROM runs WHERE id = ?",
+        (
+            model,
+            now,
+            usage.input,
+            usage.output,
+            usage.cache_read,
+            usage.cache_write,
+            usage.cost,
+            run_id,
+        ),
+    )
+    if cursor.rowcount != 1:
+        raise KeyError(f"no run with id {run_id}")
+
+
 def latest_compaction(db: sqlite3.Connection, conversation_id: int) -> Compaction | None:
     row = db.execute(
         "SELECT id, summary, up_to_seq, details, created_at FROM compactions "

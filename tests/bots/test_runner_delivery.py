@@ -14,7 +14,7 @@ from typing import Any
 
 from bots.incoming import BackfillMessage
 from bots.settings import CompactionSettings
-from bots.surface import RunFinished, SurfaceEvent
+from bots.surface import RunFinished, RunStarted, SurfaceEvent
 from core.history import repair_history
 from core.messages import AssistantMessage, Message, Text, ToolCall, ToolResultMessage, UserMessage
 from core.models.base import ModelInfo, ModelRequest, Prices, StreamEnd, StreamEvent, StreamStart
@@ -356,3 +356,36 @@ async def test_a_submit_cancelled_while_its_message_is_stored_still_gets_it_answ
     await runner.wait_all()
     assert user_lines(await history(store)) == ["hello"]
     assert roles(await history(store)) == ["user", "assistant"]
+
+
+class StopsOnStart(RecordingSurface):
+    """Stops its run the moment it is shown as started (before the loop has begun)."""
+
+    def __init__(self, runner: Any) -> None:
+        super().__init__("stop-on-start")
+        self.runner = runner
+        self.results: list[str] = []
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        await super().emit(event)
+        if isinstance(event, RunStarted):
+            self.results.append(self.runner.stop(KEY, event.run_id, by=ADA))
+
+
+async def test_a_stop_before_the_loop_starts_is_not_lost(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """The run's loop control is made when the loop starts; a stop that came earlier still
+    stops it: the model is never asked and the run ends aborted."""
+    model = ScriptedModel([Reply(text="should not be said")])
+    runner = make_runner(store, tmp_path, model)
+    surface = StopsOnStart(runner)
+    await runner.submit(incoming("first"), surface)
+    await runner.wait(KEY)
+
+    assert surface.results == ["stopped"]
+    assert model.requests == []
+    [finished] = surface.finished()
+    assert finished.outcome == "aborted"
+    answers = [m.text() for m in await history(store) if isinstance(m, AssistantMessage)]
+    assert "should not be said" not in answers

@@ -17,7 +17,8 @@ import pytest
 from pydantic import BaseModel
 
 from bots.incoming import Incoming
-from bots.runner import INTERRUPTED_NOTICE, ConversationRunner
+from bots.recovery import INTERRUPTED_TEXT
+from bots.runner import ConversationRunner
 from bots.settings import BudgetSettings, ChannelSettings, CompactionSettings, Settings
 from core.messages import (
     AssistantMessage,
@@ -267,13 +268,13 @@ async def test_a_stop_tells_people_who_stopped_it_and_tools_see_the_same_reason(
     surface = RecordingSurface()
     await runner.submit(incoming("wait for it"), surface)
     await asyncio.wait_for(tool.started.wait(), 5)
-    assert runner.stop(KEY, by=BOB) is True
+    assert runner.stop(KEY, by=BOB) == "stopped"
     await runner.wait(KEY)
 
     assert tool.saw == [(True, "Stopped by Bob.")]
     [finished] = surface.finished()
     assert finished.outcome == "aborted" and finished.error_text == "Stopped by Bob."
-    assert runner.stop(KEY) is False  # nothing left to stop
+    assert runner.stop(KEY) == "idle"  # nothing left to stop
 
 
 async def test_a_stop_without_a_name_says_stopped(store: SqliteStore, tmp_path: Path) -> None:
@@ -285,8 +286,8 @@ async def test_a_stop_without_a_name_says_stopped(store: SqliteStore, tmp_path: 
     await asyncio.wait_for(tool.started.wait(), 5)
     runner.stop(KEY)
     await runner.wait(KEY)
-    assert tool.saw == [(True, "Stopped.")]
-    assert surface.finished()[0].error_text == "Stopped."
+    assert tool.saw == [(True, "Stopped on request.")]
+    assert surface.finished()[0].error_text == "Stopped on request."
 
 
 # -- what is recorded -------------------------------------------------------------------------
@@ -435,5 +436,5 @@ async def test_recovery_answers_each_unfinished_call_as_interrupted_and_tells_th
     assert len([m for m in history if isinstance(m, ToolResultMessage)]) == 2
     [(key, ref, surface)] = surfaces.made
     assert key == KEY and ref == {"name": "thread"}
-    assert [n.text for n in surface.notices()] == [INTERRUPTED_NOTICE]
+    assert [f.error_text for f in surface.finished()] == [INTERRUPTED_TEXT]
     assert await runner.recover() == []  # recovered once

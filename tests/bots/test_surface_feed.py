@@ -56,3 +56,106 @@ async def test_a_full_queue_drops_only_text_deltas_and_keeps_order() -> None:
     assert feed.dropped_deltas == 8
     assert surface.closed == 1
     assert moved == [(7, {"at": "posted"})]
+
+
+class SometimesSlow(RecordingSurface):
+    """Shows some events at once and waits (a network call) on others."""
+
+    def __init__(self) -> None:
+        super().__init__("sometimes")
+        self.where: dict[str, Any] = {"at": None}
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return dict(self.where)
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        if isinstance(event, Notice) and event.text.endswith("slow"):
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        if isinstance(event, RunStarted):
+            self.where["at"] = f"posted {event.run_id}"
+        await super().emit(event)
+
+
+async def test_order_is_kept_when_a_surface_is_fast_for_some_events_and_slow_for_others() -> None:
+    surface = SometimesSlow()
+    feed = SurfaceFeed(surface)
+    texts = [f"{i} {'slow' if i % 3 == 0 else 'fast'}" for i in range(30)]
+    for i, text in enumerate(texts):
+        feed.put(Notice(text))
+        if i % 4 == 0:
+            await asyncio.sleep(0)  # sometimes the feed catches up, sometimes not
+    feed.close()
+    await asyncio.wait_for(feed.wait(), 5)
+
+    assert [n.text for n in surface.notices()] == texts
+    assert surface.closed == 1
+
+
+async def test_a_fast_surface_is_shown_at_once_and_a_slow_one_never_blocks_put() -> None:
+    fast = RecordingSurface("fast")
+    feed = SurfaceFeed(fast)
+    feed.put(Notice("now"))
+    assert [n.text for n in fast.notices()] == ["now"]  # no task, no loop turn needed
+
+    gated = Gated()
+    slow = SurfaceFeed(gated)
+    slow.put(Notice("one"))
+    slow.put(Notice("two"))  # returns although the surface is still busy with "one"
+    slow.close()
+    assert gated.events == [] and not slow.finished.done()
+    gated.open.set()
+    await asyncio.wait_for(slow.wait(), 5)
+    assert [n.text for n in gated.notices()] == ["one", "two"]
+    assert gated.closed == 1
+
+
+async def test_a_ref_moved_by_a_fast_surface_is_recorded_and_failures_are_contained() -> None:
+    class Failing(SometimesSlow):
+        async def emit(self, event: SurfaceEvent) -> None:
+            if isinstance(event, Notice) and event.text == "boom":
+                raise RuntimeError("platform error")
+            await super().emit(event)
+
+    surface = Failing()
+    moved: list[tuple[int, dict[str, Any]]] = []
+
+    async def on_ref_change(run_id: int, ref: dict[str, Any]) -> None:
+        await asyncio.sleep(0)  # a store call
+        moved.append((run_id, ref))
+
+    feed = SurfaceFeed(surface, on_ref_change=on_ref_change)
+    feed.put(Notice("boom"))  # raises inside the surface, not here
+    feed.put(RunStarted("k", 3, None))
+    feed.put(Notice("after"))
+    feed.close()
+    await asyncio.wait_for(feed.wait(), 5)
+
+    assert surface.types() == ["run_started", "notice"]
+    assert moved == [(3, {"at": "posted 3"})]
+    assert surface.closed == 1
+
+
+async def test_a_cancelled_feed_cancels_the_surface_call_it_was_waiting_on() -> None:
+    class Stuck(RecordingSurface):
+        def __init__(self) -> None:
+            super().__init__("stuck")
+            self.cancelled = False
+
+        async def emit(self, event: SurfaceEvent) -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+
+    surface = Stuck()
+    feed = SurfaceFeed(surface)
+    feed.put(Notice("forever"))
+    task = next(t for t in asyncio.all_tasks() if t.get_name().startswith("feed:"))
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.wait([task], timeout=5)
+    assert surface.cancelled
+    assert feed.finished.cancelled()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from core.messages import AssistantMessage, Author, Text, UserMessage
+from core.messages import AssistantMessage, Author, Text, Usage, UserMessage
 from storage.base import Accepted
 from storage.sqlite import SqliteStore
 from tests.storage.conftest import FakeClock
@@ -305,3 +305,55 @@ async def test_a_runs_surface_ref_can_be_updated(store: SqliteStore) -> None:
     assert (await store.running_runs())[0].surface_ref == {"channel": "C1", "ts": "1.7"}
     with pytest.raises(KeyError):
         await store.set_run_surface_ref(run.id + 100, {})
+
+
+def message_runs(db_path: Path) -> list[tuple[int, int | None]]:
+    """(seq, run_id) of every stored message: which run each belongs to."""
+    with sqlite3.connect(db_path) as db:
+        return [(int(r[0]), r[1]) for r in db.execute("SELECT seq, run_id FROM messages")]
+
+
+async def test_a_run_starts_and_delivers_its_first_messages_in_one_call(
+    store: SqliteStore, db_path: Path
+) -> None:
+    a = await accept(store, "a", "ev-a")
+    b = await accept(store, "b", "ev-b")
+    conversation_id = a.conversation.id
+
+    run = await store.start_run(conversation_id, user_id="U1", deliver=[b.item.id, a.item.id])
+
+    assert run.outcome == "running"
+    assert await history(store, conversation_id) == ["b", "a"]
+    assert message_runs(db_path) == [(1, run.id), (2, run.id)]
+    assert await store.pending(conversation_id) == []
+    assert await store.deliver(conversation_id, [a.item.id, b.item.id]) == []
+
+
+async def test_a_run_with_an_unknown_item_to_deliver_is_not_started(store: SqliteStore) -> None:
+    a = await accept(store, "a", "ev-a")
+
+    with pytest.raises(KeyError):
+        await store.start_run(a.conversation.id, deliver=[a.item.id, 9999])
+
+    assert await store.running_runs() == []
+    assert await store.pending(a.conversation.id) == [a.item]
+
+
+async def test_a_reply_and_its_usage_are_stored_together(store: SqliteStore) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    run = await store.start_run(conversation.id, user_id="U1", model="m")
+    reply = AssistantMessage(content=[Text(text="hi")], usage=Usage(input=10, output=5, cost=0.5))
+
+    stored = await store.append_message(
+        conversation.id, reply, run_id=run.id, usage=reply.usage, model="m2"
+    )
+    await store.append_message(conversation.id, reply, run_id=run.id, usage=Usage())  # no tokens
+
+    assert stored.seq == 1
+    assert await store.usage_since(0, user_id="U1") == Usage(input=10, output=5, cost=0.5)
+    assert (await store.finish_run(run.id, "done")).usage == Usage(input=10, output=5, cost=0.5)
+    with pytest.raises(ValueError, match="run_id"):
+        await store.append_message(conversation.id, reply, usage=reply.usage)
+    with pytest.raises(KeyError):  # an unknown run: neither the reply nor its usage is kept
+        await store.append_message(conversation.id, reply, run_id=run.id + 9, usage=reply.usage)
+    assert await store.message_count(conversation.id) == 2
