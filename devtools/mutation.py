@@ -164,7 +164,8 @@ def describe(original: str, mutated: str) -> tuple[int, str]:
 
 
 def survivors_of(report: Path) -> set[tuple[str, str]]:
-    """(file, mutation) of each survivor listed in an earlier run's output."""
+    """(`file:line`, mutation) of each survivor listed in an earlier run's output (of the
+    same source: the line tells apart identical changes on different lines)."""
     found: set[tuple[str, str]] = set()
     listing = False
     for line in report.read_text(encoding="utf-8").splitlines():
@@ -173,7 +174,7 @@ def survivors_of(report: Path) -> set[tuple[str, str]]:
         elif listing and line.startswith("  ") and ARROW in line:
             location, _, mutation = line.strip().partition(": ")
             mutation = mutation.split("  [", 1)[0].strip()
-            found.add((location.rpartition(":")[0], mutation))
+            found.add((location, mutation))
         else:
             listing = False
     return found
@@ -275,6 +276,12 @@ def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> 
         tests_by_line[file] = {
             line: {context for context in contexts if context} for line, contexts in by_line.items()
         }
+        # Lines run only while the module was imported (class bodies, dataclass defaults) are
+        # in effect for every test that uses the module.
+        users: set[str] = set().union(*tests_by_line[file].values())
+        for ran in tests_by_line[file].values():
+            if not ran:
+                ran.update(users)
     seconds: dict[str, float] = json.loads(durations.read_text(encoding="utf-8"))
     return Coverage(tests_by_line, seconds)
 
@@ -454,12 +461,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rerun = survivors_of(args.rerun) if args.rerun else None
     files = [Path(file).as_posix() for file in args.files]
-    files = files or sorted({file for file, _ in rerun or ()}) or default_files(ROOT)
+    files = files or sorted({place.rpartition(":")[0] for place, _ in rerun or ()})
+    files = files or default_files(ROOT)
     keep: Callable[[Mutant], bool] | None = None
     if rerun is not None or args.match:
 
         def keep(mutant: Mutant) -> bool:
-            listed = rerun is None or (mutant.file, mutant.mutation) in rerun
+            listed = rerun is None or (f"{mutant.file}:{mutant.line}", mutant.mutation) in rerun
             return listed and args.match in f"{mutant.line}: {mutant.mutation}"
 
     missing = [file for file in files if not (ROOT / file).is_file()]

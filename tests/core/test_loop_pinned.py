@@ -401,3 +401,10 @@ async def test_an_invalid_nested_argument_is_named_by_its_path() -> None:
     events = await collect(run_agent(context(NestedTool()), ScriptedModel(script)))
     [result] = results_of(events)
     assert "  - inner.count: Input should be a valid integer" in result.text()
+
+
+async def test_a_plain_reply_ends_its_turn_with_no_results() -> None:
+    events = await collect(run_agent(context(), ScriptedModel([Reply(text="hello")])))
+    [turn_end] = [e for e in events if isinstance(e, TurnEnd)]
+    assert turn_end.turn == 1 and turn_end.tool_results == []
+    assert end_of(events).reason == "stop"

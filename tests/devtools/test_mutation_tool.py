@@ -98,6 +98,6 @@ def test_survivors_of_an_earlier_run_can_be_run_again(tmp_path: Path) -> None:
         '{"mutation_score": {"core/x.py": 0.8}}\n'
     )
     assert survivors_of(report) == {
-        ("core/x.py", "if a > b: ⟶ if a >= b:"),
-        ("core/x.py", "return low ⟶ (removed)"),
+        ("core/x.py:4", "if a > b: ⟶ if a >= b:"),
+        ("core/x.py:9", "return low ⟶ (removed)"),
     }

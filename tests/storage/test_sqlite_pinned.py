@@ -159,3 +159,20 @@ async def test_every_usage_figure_is_kept_apart_while_running_and_once_finished(
         assert running.usage == expected  # the ledger so far
         assert (await store.finish_run(run.id, "done")).usage == expected
         assert (await store.usage_since(T0, conversation_id=conversation.id)) == expected
+
+
+async def test_appending_returns_the_stored_message_and_its_seq(tmp_path: Path) -> None:
+    async with SqliteStore.open(tmp_path / "j.db") as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        message = UserMessage(content="hello")
+        first = await store.append_message(conversation.id, message)
+        second = await store.append_message(conversation.id, UserMessage(content="again"))
+        assert (first.seq, second.seq) == (1, 2)
+        assert first.message == message and second.message.text() == "again"
+
+
+async def test_a_path_that_cannot_hold_a_database_fails_to_open(tmp_path: Path) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    with pytest.raises(sqlite3.Error):
+        await SqliteStore.open(folder)
