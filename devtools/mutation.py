@@ -181,8 +181,9 @@ def survivors_of(report: Path) -> set[tuple[str, str]]:
 
 
 def load_equivalents(path: Path) -> dict[tuple[str, str], str]:
-    """`file:line: original ⟶ mutant — reason` lines; '#' comments. Keyed by file and
-    mutation text, so an entry survives edits that move its line (the line is for people)."""
+    """`file:line: original ⟶ mutant — reason` lines; '#' comments. Keyed by `file:line`
+    and the change: the same change elsewhere in the file may well be detectable (after an
+    edit moves lines, the entries need their line updating)."""
     entries: dict[tuple[str, str], str] = {}
     if not path.exists():
         return entries
@@ -192,10 +193,12 @@ def load_equivalents(path: Path) -> dict[tuple[str, str], str]:
             continue
         location, sep, rest = line.partition(": ")
         mutation, dash, reason = rest.rpartition(" — ")
-        file, colon, _line = location.rpartition(":")
-        if not (sep and dash and colon and reason.strip() and ARROW in mutation):
+        _file, colon, line_number = location.rpartition(":")
+        if not (sep and dash and colon and line_number.isdigit() and reason.strip()):
             raise ValueError(f"{path}:{number}: expected `file:line: a {ARROW} b — reason`")
-        entries[(file, mutation.strip())] = reason.strip()
+        if ARROW not in mutation:
+            raise ValueError(f"{path}:{number}: expected `file:line: a {ARROW} b — reason`")
+        entries[(location, mutation.strip())] = reason.strip()
     return entries
 
 
@@ -415,7 +418,7 @@ def tally(
     results = {file: FileResult(file=file, generated=generated[file]) for file in files}
     for mutant in sampled:
         result = results[mutant.file]
-        if (mutant.file, mutant.mutation) in equivalents:
+        if (f"{mutant.file}:{mutant.line}", mutant.mutation) in equivalents:
             result.equivalent.append(mutant)
             continue
         verdict, how = verdicts[(mutant.file, mutant.index)]

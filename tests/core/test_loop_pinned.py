@@ -214,6 +214,8 @@ async def test_calls_of_a_reply_cut_off_by_the_limit_are_refused_with_the_reason
     events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
     [refused] = results_of(events)
     assert refused.is_error and refused.details == {"reason": "length"}
+    [end] = [e for e in events if isinstance(e, ToolExecutionEnd)]
+    assert (end.tool_name, end.result) == ("echo", refused)
     assert "output token limit" in refused.text()
 
 
@@ -346,6 +348,7 @@ async def test_tools_are_told_their_call_id_and_every_end_has_a_duration() -> No
     assert sorted(tool.call_ids) == sorted([first.id, second.id])
     ends = [e for e in events if isinstance(e, ToolExecutionEnd)]
     assert len(ends) == 3
+    assert sorted(end.tool_name for end in ends) == ["echo", "echo", "nope"]
     for end in ends:
         assert isinstance(end.duration_s, float) and end.duration_s >= 0
         assert isinstance(end.result, ToolResultMessage)

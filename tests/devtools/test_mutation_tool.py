@@ -79,7 +79,7 @@ def test_equivalents_are_read_with_their_reason_and_bad_lines_refused(tmp_path: 
         "# comment\n\ncore/x.py:12: a = 1 ⟶ a = 2 — only a default; every caller passes its own\n"
     )
     assert load_equivalents(listing) == {
-        ("core/x.py", "a = 1 ⟶ a = 2"): "only a default; every caller passes its own"
+        ("core/x.py:12", "a = 1 ⟶ a = 2"): "only a default; every caller passes its own"
     }
     assert load_equivalents(tmp_path / "missing.txt") == {}
     listing.write_text("core/x.py:12: a = 1 ⟶ a = 2\n")
