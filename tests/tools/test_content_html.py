@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 
 from core.tools import ToolError
+from tests.fakes.local_site import local_site
 from tests.tools.conftest import make_ctx, text_of
 from tools.content import (
     HTML_CONVERT_MAX_BYTES,
@@ -61,15 +62,8 @@ async def base_url() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/{name}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with local_site(app) as url:
+        yield url
 
 
 def tool_for(base_url: str, **options: float) -> WebFetchTool:

@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 
 from core.tools import ToolError
+from tests.fakes.local_site import local_site
 from tests.tools.conftest import make_ctx, text_of
 from tools.web_fetch import DECODE_CHUNK, BodyDecoder, WebFetchParams, WebFetchTool
 
@@ -63,15 +64,8 @@ async def base_url() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/{name}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with local_site(app) as url:
+        yield url
 
 
 def tool_for(base_url: str, max_bytes: int = LIMIT) -> WebFetchTool:

@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 
 from core.tools import ToolError
+from tests.fakes.local_site import local_site
 from tests.tools.conftest import make_ctx, text_of
 from tools.web_fetch import WebFetchParams, WebFetchTool
 
@@ -40,15 +41,8 @@ async def base_url() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/{kind}/{charset}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with local_site(app) as url:
+        yield url
 
 
 @pytest.mark.parametrize("kind", ["plain", "html"])
