@@ -497,3 +497,33 @@ def test_a_deeply_nested_payload_is_just_malformed() -> None:
     for _ in range(50_000):
         deep = {"event": deep}
     assert isinstance(parse(deep), Ignored)
+
+
+def test_a_group_dm_needs_a_mention_like_a_channel() -> None:
+    group = channel_message(channel="G0GROUP01", channel_type="mpim")
+    assert reason_of(group) is IgnoreReason.NOT_ADDRESSED
+    mentioned = channel_message(channel="G0GROUP01", channel_type="mpim", text=f"<@{BOT_USER}> hi")
+    assert not message_of(mentioned).is_dm
+
+
+def test_a_d_channel_without_channel_type_is_a_dm() -> None:
+    body = dm()
+    del body["event"]["channel_type"]
+    assert message_of(body).is_dm
+
+
+def test_known_thread_is_asked_only_when_it_decides() -> None:
+    asked: list[str] = []
+
+    def known_thread(key: str) -> bool:
+        asked.append(key)
+        return True
+
+    for body in (
+        app_mention(ts="1515449600.000100", thread_ts="1515449522.000016"),
+        dm(ts="1355517600.000001", thread_ts="1355517523.000005"),
+        channel_message(text="<@U0OTHER01> hi", ts="1355517600.1", thread_ts="1355517523.1"),
+        channel_message(subtype="message_changed", thread_ts="1355517523.1"),
+    ):
+        parse_event(body, bot_user_id=BOT_USER, known_thread=known_thread)
+    assert asked == []
