@@ -566,6 +566,7 @@ async def test_a_failure_inside_a_run_is_logged_with_its_reference_and_the_run_i
     surface = await ask(runner, "hello")
     [finished] = surface.finished()
     assert finished.outcome == "error" and finished.reference is not None
+    assert finished.conversation_key == KEY
     assert finished.run_id > 0
     with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
         [(run_id,)] = db.execute("SELECT id FROM runs").fetchall()
@@ -593,3 +594,49 @@ async def test_messages_dropped_by_a_stop_are_named_as_warnings_to_everyone_conc
     assert run_notice.text.endswith("Send them again if you still need an answer.")
     dropped = [n for n in second.notices() if "won't answer" in n.text]
     assert [(n.level, n.audience) for n in dropped] == [("warning", BOB)]
+
+
+async def test_messages_left_in_the_inbox_by_a_restart_are_answered_and_logged(
+    store: SqliteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bots.runner")
+    accepted = await store.accept_delivery(
+        KEY,
+        UserMessage(content="still there?", author=ADA),
+        channel_key=CHANNEL,
+        delivery_id="left-behind",
+        surface_ref={"name": "thread"},
+    )
+    assert accepted is not None
+    surfaces = RecordingSurfaces()
+    model = ScriptedModel([Reply(text="yes")], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, surfaces=surfaces)
+    assert await runner.recover() == []
+    await runner.wait(KEY)
+    assert f"answering messages left in {KEY}'s inbox" in caplog.messages
+    [(_key, _ref, surface)] = surfaces.made
+    assert [f.final_text for f in surface.finished()] == ["yes"]
+
+
+async def test_an_overflowing_conversation_is_announced_as_information(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    replies: list[Reply | AssistantMessage] = [
+        AssistantMessage(
+            stop_reason="error", error_kind="context_overflow", error_message="prompt is too long"
+        )
+    ]
+
+    def reply(request: ModelRequest) -> Reply | AssistantMessage:
+        if _is_summary_request(request):
+            return Reply(text="## Goal\nsummary")
+        return replies.pop() if replies else Reply(text="fits now")
+
+    model = ScriptedModel(default=reply, info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model)
+    surface = await ask(runner, "hello")
+    notices = [n for n in surface.notices() if "got long" in n.text]
+    assert [(n.text, n.level, n.audience) for n in notices] == [
+        ("This conversation got long; summarising it.", "info", None)
+    ]
+    assert [f.final_text for f in surface.finished()] == ["fits now"]
