@@ -7,6 +7,7 @@ interrupted results recovery writes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
@@ -438,3 +439,204 @@ async def test_recovery_answers_each_unfinished_call_as_interrupted_and_tells_th
     assert key == KEY and ref == {"name": "thread"}
     assert [f.error_text for f in surface.finished()] == [INTERRUPTED_TEXT]
     assert await runner.recover() == []  # recovered once
+
+
+# -- what people and operators are told --------------------------------------------------------
+
+
+async def _errors_of_runs(tmp_path: Path) -> list[str | None]:
+    with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
+        return [row[0] for row in db.execute("SELECT error FROM runs ORDER BY id")]
+
+
+async def test_a_person_not_allowed_is_warned_privately_and_nothing_runs(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(text="never")], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, allowed_users=[BOB.id])
+    surface = RecordingSurface()
+    assert await runner.submit(incoming("hello"), surface) == "refused"
+    [notice] = surface.notices()
+    assert notice.level == "warning" and notice.audience == ADA
+    assert "allowed_users" in notice.text
+    assert model.requests == [] and runner.current_run(KEY) is None
+
+
+async def test_operators_are_told_of_duplicates_and_stale_stops(
+    store: SqliteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bots.runner")
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([Reply(text="hi")]))
+    message = incoming("hello")
+    assert await runner.submit(message, RecordingSurface()) == "started"
+    await runner.wait(KEY)
+    assert await runner.submit(message, RecordingSurface()) == "duplicate"
+    assert f"duplicate delivery {message.delivery_id} dropped" in caplog.messages
+    assert runner.stop(KEY, 4242) == "stale"
+    assert f"stale stop for run 4242 in {KEY} ignored" in caplog.messages
+
+
+async def test_reset_says_whether_there_was_anything_to_forget(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([Reply(text="hi")]))
+    assert await runner.reset(KEY) is False  # never seen
+    await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    assert await runner.reset(KEY) is False  # seen, but nothing said yet
+    await ask(runner, "hello")
+    assert await runner.reset(KEY) is True
+    conversation = await store.get_conversation(KEY)
+    assert conversation is not None
+    loaded = await store.load(conversation.id)
+    assert loaded.messages == [] and loaded.compaction is not None
+    assert loaded.compaction.details == {"reset": True}
+
+
+async def test_the_reason_a_run_ended_is_recorded_on_it(
+    store: SqliteStore, tmp_path: Path, clock: Clock
+) -> None:
+    def forever(_request: ModelRequest) -> Reply:
+        return Reply(tool_calls=[call("note", {"text": "more"})], usage=EXPENSIVE)
+
+    model = ScriptedModel(default=forever, info=info("m"))
+    runner = make_runner(
+        store,
+        tmp_path,
+        lambda _id: model,
+        tools=[NoteTool()],
+        max_turns=1,
+        clock=clock,
+        budgets=BudgetSettings(conversation_usd_per_day=0.40),
+    )
+    [limited] = (await ask(runner, "keep going")).finished()
+    [refused] = (await ask(runner, "again")).finished()
+    errors = await _errors_of_runs(tmp_path)
+    assert errors[0] == limited.error_text and errors[0] is not None
+    assert "turn limit" in errors[0]
+    assert errors[1] == refused.error_text and errors[1] is not None
+    assert "conversation_usd_per_day" in errors[1]
+
+
+async def test_a_run_interrupted_by_a_restart_says_so_on_its_record(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"n": 1}, owner={}
+    )
+    surfaces = RecordingSurfaces()
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=surfaces)
+    [record] = await runner.recover()
+    await runner.wait(KEY)
+    assert record.error == "interrupted by a restart"
+    assert await _errors_of_runs(tmp_path) == ["interrupted by a restart"]
+    [(_key, _ref, surface)] = surfaces.made
+    [finished] = surface.finished()
+    assert finished.final_text == "" and finished.run_id == record.id
+
+
+async def test_one_model_is_made_per_model_id_and_reused_across_runs(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    made: list[str] = []
+
+    def models(model_id: str) -> ScriptedModel:
+        made.append(model_id)
+        return ScriptedModel([Reply(text="one"), Reply(text="two")], info=info(model_id))
+
+    runner = make_runner(store, tmp_path, models, model="m")
+    await ask(runner, "first")
+    [second] = (await ask(runner, "second")).finished()
+    assert made == ["m"] and second.final_text == "two"
+
+
+async def test_a_failure_inside_a_run_is_logged_with_its_reference_and_the_run_id(
+    store: SqliteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_tools(_channel: str) -> Sequence[AnyTool]:
+        raise RuntimeError("tool set broke")
+
+    runner = ConversationRunner(
+        store=store,
+        settings=Settings(data_dir=tmp_path),
+        model_factory=lambda _id: ScriptedModel([Reply(text="never")], info=info("m")),
+        toolset_factory=broken_tools,
+        platform_rules="Plain text only.",
+    )
+    surface = await ask(runner, "hello")
+    [finished] = surface.finished()
+    assert finished.outcome == "error" and finished.reference is not None
+    assert finished.conversation_key == KEY
+    assert finished.run_id > 0
+    with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
+        [(run_id,)] = db.execute("SELECT id FROM runs").fetchall()
+    assert finished.run_id == run_id
+    failure = f"run in {KEY} failed (reference {finished.reference})"
+    assert failure in caplog.messages
+
+
+async def test_messages_dropped_by_a_stop_are_named_as_warnings_to_everyone_concerned(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[tool])
+    first, second = RecordingSurface(), RecordingSurface()
+    await runner.submit(incoming("wait for it"), first)
+    await asyncio.wait_for(tool.started.wait(), 5)
+    assert await runner.submit(incoming("and this too", author=BOB), second) == "steered"
+    runner.stop(KEY, by=ADA)
+    await runner.wait(KEY)
+
+    [run_notice] = [n for n in first.notices() if "will not be answered" in n.text]
+    assert run_notice.level == "warning" and run_notice.audience is None
+    assert run_notice.text.startswith("Stopped by Ada. These messages will not be answered:")
+    assert run_notice.text.endswith("Send them again if you still need an answer.")
+    dropped = [n for n in second.notices() if "won't answer" in n.text]
+    assert [(n.level, n.audience) for n in dropped] == [("warning", BOB)]
+
+
+async def test_messages_left_in_the_inbox_by_a_restart_are_answered_and_logged(
+    store: SqliteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bots.runner")
+    accepted = await store.accept_delivery(
+        KEY,
+        UserMessage(content="still there?", author=ADA),
+        channel_key=CHANNEL,
+        delivery_id="left-behind",
+        surface_ref={"name": "thread"},
+    )
+    assert accepted is not None
+    surfaces = RecordingSurfaces()
+    model = ScriptedModel([Reply(text="yes")], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, surfaces=surfaces)
+    assert await runner.recover() == []
+    await runner.wait(KEY)
+    assert f"answering messages left in {KEY}'s inbox" in caplog.messages
+    [(_key, _ref, surface)] = surfaces.made
+    assert [f.final_text for f in surface.finished()] == ["yes"]
+
+
+async def test_an_overflowing_conversation_is_announced_as_information(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    replies: list[Reply | AssistantMessage] = [
+        AssistantMessage(
+            stop_reason="error", error_kind="context_overflow", error_message="prompt is too long"
+        )
+    ]
+
+    def reply(request: ModelRequest) -> Reply | AssistantMessage:
+        if _is_summary_request(request):
+            return Reply(text="## Goal\nsummary")
+        return replies.pop() if replies else Reply(text="fits now")
+
+    model = ScriptedModel(default=reply, info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model)
+    surface = await ask(runner, "hello")
+    notices = [n for n in surface.notices() if "got long" in n.text]
+    assert [(n.text, n.level, n.audience) for n in notices] == [
+        ("This conversation got long; summarising it.", "info", None)
+    ]
+    assert [f.final_text for f in surface.finished()] == ["fits now"]

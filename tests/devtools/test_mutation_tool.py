@@ -33,6 +33,9 @@ def test_the_default_set_is_whatever_exists_of_the_core_modules(tmp_path: Path) 
         "storage/migrations.py",
         "bots/runner/__init__.py",
         "bots/runner/budgets.py",
+        "bots/inbox.py",
+        "bots/surface_feed.py",
+        "bots/settings.py",
     ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
@@ -40,6 +43,8 @@ def test_the_default_set_is_whatever_exists_of_the_core_modules(tmp_path: Path) 
         "core/loop.py",
         "core/history.py",
         "bots/runner/budgets.py",
+        "bots/inbox.py",
+        "bots/surface_feed.py",
         "storage/sqlite.py",
         "storage/sqlite_rows.py",
     ]
