@@ -640,3 +640,40 @@ async def test_an_overflowing_conversation_is_announced_as_information(
         ("This conversation got long; summarising it.", "info", None)
     ]
     assert [f.final_text for f in surface.finished()] == ["fits now"]
+
+
+class GatedSurface(RecordingSurface):
+    """Shows nothing until the gate opens: a slow platform."""
+
+    def __init__(self) -> None:
+        super().__init__("gated")
+        self.gate = asyncio.Event()
+
+    async def emit(self, event: Any) -> None:
+        await self.gate.wait()
+        await super().emit(event)
+
+
+async def test_waiting_covers_a_slow_surface_even_after_another_one_finished(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(text="answered")], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, allowed_users=[ADA.id])
+    slow = GatedSurface()
+    assert await runner.submit(incoming("hello"), slow) == "started"
+    # The run ends while its answer waits for the slow surface (the runner offers no event for
+    # "run over, not yet shown": `wait` covers both, which is what is tested here).
+    while runner.is_running(KEY):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    # Another person's message in the same thread is refused, and that surface is done.
+    refused = RecordingSurface()
+    assert await runner.submit(incoming("me too", author=BOB), refused) == "refused"
+    assert len(refused.notices()) == 1
+
+    waiter = asyncio.ensure_future(runner.wait(KEY))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not waiter.done()  # the answer is not shown yet
+    slow.gate.set()
+    await waiter
+    assert [f.final_text for f in slow.finished()] == ["answered"]
