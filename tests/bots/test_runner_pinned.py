@@ -677,3 +677,38 @@ async def test_waiting_covers_a_slow_surface_even_after_another_one_finished(
     slow.gate.set()
     await waiter
     assert [f.final_text for f in slow.finished()] == ["answered"]
+
+
+class GatedSurfaces(RecordingSurfaces):
+    """Restores earlier runs' surfaces as slow ones sharing one gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> RecordingSurface:
+        surface = GatedSurface()
+        surface.gate = self.gate
+        self.made.append((conversation_key, ref, surface))
+        return surface
+
+
+async def test_waiting_after_recovery_covers_the_interrupted_notice_being_shown(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"n": 1}, owner={}
+    )
+    surfaces = GatedSurfaces()
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=surfaces)
+    await runner.recover()
+
+    waiter = asyncio.ensure_future(runner.wait(KEY))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not waiter.done()  # the thread has not been told yet
+    surfaces.gate.set()
+    await waiter
+    [(_key, _ref, surface)] = surfaces.made
+    assert [f.error_text for f in surface.finished()] == [INTERRUPTED_TEXT]
