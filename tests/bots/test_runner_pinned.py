@@ -7,6 +7,7 @@ interrupted results recovery writes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -712,3 +713,33 @@ async def test_waiting_after_recovery_covers_the_interrupted_notice_being_shown(
     await waiter
     [(_key, _ref, surface)] = surfaces.made
     assert [f.error_text for f in surface.finished()] == [INTERRUPTED_TEXT]
+
+
+class MovingSurface(RecordingSurface):
+    """A surface whose address changes once it has shown something (a posted message)."""
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return {"name": self.name, "shown": len(self.events)}
+
+
+class MovingSurfaces(RecordingSurfaces):
+    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> RecordingSurface:
+        surface = MovingSurface("moving")
+        self.made.append((conversation_key, ref, surface))
+        return surface
+
+
+async def test_where_a_recovered_run_was_last_shown_is_recorded_on_it(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    run = await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"n": 1}, owner={}
+    )
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=MovingSurfaces())
+    await runner.recover()
+    await runner.wait(KEY)
+    with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
+        [(ref,)] = db.execute("SELECT surface_ref FROM runs WHERE id = ?", (run.id,)).fetchall()
+    assert json.loads(ref) == {"name": "moving", "shown": 1}
