@@ -743,3 +743,21 @@ async def test_where_a_recovered_run_was_last_shown_is_recorded_on_it(
     with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
         [(ref,)] = db.execute("SELECT surface_ref FROM runs WHERE id = ?", (run.id,)).fetchall()
     assert json.loads(ref) == {"name": "moving", "shown": 1}
+
+
+async def test_a_message_left_in_the_inbox_with_nowhere_to_show_is_still_answered(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    accepted = await store.accept_delivery(
+        KEY,
+        UserMessage(content="anyone?", author=ADA),
+        channel_key=CHANNEL,
+        delivery_id="no-surface",
+    )
+    assert accepted is not None
+    model = ScriptedModel([Reply(text="here")], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model)  # no way to restore surfaces
+    await runner.recover()
+    await runner.wait(KEY)
+    assert [m.text() for m in await stored(store)] == ["anyone?", "here"]
+    assert await store.pending_conversations() == []
