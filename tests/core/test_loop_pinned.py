@@ -411,3 +411,47 @@ async def test_a_plain_reply_ends_its_turn_with_no_results() -> None:
     [turn_end] = [e for e in events if isinstance(e, TurnEnd)]
     assert turn_end.turn == 1 and turn_end.tool_results == []
     assert end_of(events).reason == "stop"
+
+
+class BadLabelTool(EchoTool):
+    name = "badlabel"
+
+    def summarize(self, params: TextParams) -> str:
+        raise ValueError("cannot describe")
+
+
+async def test_a_call_cut_off_by_the_limit_is_announced_with_its_id_arguments_and_name() -> None:
+    script = [
+        Reply(tool_calls=[call("echo", {"text": "x"}, id="cut-1")], stop_reason="length"),
+        Reply(text="again"),
+    ]
+    events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
+    [start] = [e for e in events if isinstance(e, ToolExecutionStart)]
+    assert (start.tool_call_id, start.tool_name, start.arguments, start.label) == (
+        "cut-1",
+        "echo",
+        {"text": "x"},
+        "echo",
+    )
+
+
+async def test_an_unknown_tool_with_no_tools_at_all_says_none_are_available() -> None:
+    script = [Reply(tool_calls=[call("nope", id="u-1")]), Reply(text="ok")]
+    events = await collect(run_agent(context(), ScriptedModel(script)))
+    [result] = results_of(events)
+    assert "Available tools: none." in result.text()
+    [end] = [e for e in events if isinstance(e, ToolExecutionEnd)]
+    assert (end.tool_call_id, end.result) == ("u-1", result)
+
+
+async def test_a_tool_that_cannot_describe_its_call_is_labelled_by_name_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    script = [Reply(tool_calls=[call("badlabel", {"text": "hi"})]), Reply(text="ok")]
+    events = await collect(run_agent(context(BadLabelTool()), ScriptedModel(script)))
+    [start] = [e for e in events if isinstance(e, ToolExecutionStart)]
+    assert start.label == "badlabel"
+    [record] = [r for r in caplog.records if "could not describe" in r.getMessage()]
+    assert record.getMessage() == "tool badlabel could not describe a call"
+    assert record.exc_info is not None and record.exc_info[0] is ValueError
+    assert [r.text() for r in results_of(events)] == ["hi"]
