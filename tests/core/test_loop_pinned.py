@@ -455,3 +455,43 @@ async def test_a_tool_that_cannot_describe_its_call_is_labelled_by_name_and_logg
     assert record.getMessage() == "tool badlabel could not describe a call"
     assert record.exc_info is not None and record.exc_info[0] is ValueError
     assert [r.text() for r in results_of(events)] == ["hi"]
+
+
+class StalledModel:
+    """A model that has not said anything yet (a slow first token)."""
+
+    info = INFO
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.asked.set()
+        await asyncio.Event().wait()
+        yield StreamStart(partial=AssistantMessage(model=INFO.id, provider=INFO.provider))
+
+
+async def test_a_stop_before_the_first_token_ends_with_an_empty_aborted_reply() -> None:
+    model = StalledModel()
+    control = RunControl()
+    events: list[AgentEvent] = []
+
+    async def consume() -> None:
+        async for event in run_agent(context(), cast(Any, model), control=control):
+            events.append(event)
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.wait_for(model.asked.wait(), 5)
+    control.cancel("Stopped by Ada.")
+    await asyncio.wait_for(consumer, 5)
+
+    end = end_of(events)
+    assert end.reason == "aborted"
+    [aborted] = end.messages
+    assert isinstance(aborted, AssistantMessage)
+    assert (aborted.stop_reason, aborted.error_kind, aborted.error_message) == (
+        "aborted",
+        "aborted",
+        "Stopped by Ada.",
+    )
+    assert (aborted.model, aborted.text()) == (INFO.id, "")
