@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -495,3 +496,33 @@ async def test_a_stop_before_the_first_token_ends_with_an_empty_aborted_reply() 
         "Stopped by Ada.",
     )
     assert (aborted.model, aborted.text()) == (INFO.id, "")
+
+
+def test_messages_never_delivered_are_handed_back_steering_first_and_only_once() -> None:
+    control = RunControl()
+    later = UserMessage(content="when you are done")
+    now = UserMessage(content="right now")
+    control.follow_up(later)
+    control.steer(now)
+    assert control.take_pending() == [now, later]
+    assert control.take_pending() == []
+
+
+class WhereParams(BaseModel):
+    pass
+
+
+class WhereTool(AgentTool[WhereParams]):
+    name = "where"
+    label = "Where"
+    description = "Says where it works."
+    parameters = WhereParams
+
+    async def execute(self, call_id: str, params: WhereParams, ctx: ToolContext) -> ToolResult:
+        return ToolResult.text(str(ctx.workspace))
+
+
+async def test_without_a_config_tools_work_in_the_current_directory() -> None:
+    script = [Reply(tool_calls=[call("where")]), Reply(text="ok")]
+    events = await collect(run_agent(context(WhereTool()), ScriptedModel(script)))
+    assert [r.text() for r in results_of(events)] == [str(Path.cwd())]
