@@ -7,6 +7,7 @@ interrupted results recovery writes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -640,3 +641,123 @@ async def test_an_overflowing_conversation_is_announced_as_information(
         ("This conversation got long; summarising it.", "info", None)
     ]
     assert [f.final_text for f in surface.finished()] == ["fits now"]
+
+
+class GatedSurface(RecordingSurface):
+    """Shows nothing until the gate opens: a slow platform."""
+
+    def __init__(self) -> None:
+        super().__init__("gated")
+        self.gate = asyncio.Event()
+
+    async def emit(self, event: Any) -> None:
+        await self.gate.wait()
+        await super().emit(event)
+
+
+async def test_waiting_covers_a_slow_surface_even_after_another_one_finished(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(text="answered")], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model, allowed_users=[ADA.id])
+    slow = GatedSurface()
+    assert await runner.submit(incoming("hello"), slow) == "started"
+    # The run ends while its answer waits for the slow surface (the runner offers no event for
+    # "run over, not yet shown": `wait` covers both, which is what is tested here).
+    while runner.is_running(KEY):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    # Another person's message in the same thread is refused, and that surface is done.
+    refused = RecordingSurface()
+    assert await runner.submit(incoming("me too", author=BOB), refused) == "refused"
+    assert len(refused.notices()) == 1
+
+    waiter = asyncio.ensure_future(runner.wait(KEY))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not waiter.done()  # the answer is not shown yet
+    slow.gate.set()
+    await waiter
+    assert [f.final_text for f in slow.finished()] == ["answered"]
+
+
+class GatedSurfaces(RecordingSurfaces):
+    """Restores earlier runs' surfaces as slow ones sharing one gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> RecordingSurface:
+        surface = GatedSurface()
+        surface.gate = self.gate
+        self.made.append((conversation_key, ref, surface))
+        return surface
+
+
+async def test_waiting_after_recovery_covers_the_interrupted_notice_being_shown(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"n": 1}, owner={}
+    )
+    surfaces = GatedSurfaces()
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=surfaces)
+    await runner.recover()
+
+    waiter = asyncio.ensure_future(runner.wait(KEY))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not waiter.done()  # the thread has not been told yet
+    surfaces.gate.set()
+    await waiter
+    [(_key, _ref, surface)] = surfaces.made
+    assert [f.error_text for f in surface.finished()] == [INTERRUPTED_TEXT]
+
+
+class MovingSurface(RecordingSurface):
+    """A surface whose address changes once it has shown something (a posted message)."""
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        return {"name": self.name, "shown": len(self.events)}
+
+
+class MovingSurfaces(RecordingSurfaces):
+    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> RecordingSurface:
+        surface = MovingSurface("moving")
+        self.made.append((conversation_key, ref, surface))
+        return surface
+
+
+async def test_where_a_recovered_run_was_last_shown_is_recorded_on_it(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    run = await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"n": 1}, owner={}
+    )
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=MovingSurfaces())
+    await runner.recover()
+    await runner.wait(KEY)
+    with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
+        [(ref,)] = db.execute("SELECT surface_ref FROM runs WHERE id = ?", (run.id,)).fetchall()
+    assert json.loads(ref) == {"name": "moving", "shown": 1}
+
+
+async def test_a_message_left_in_the_inbox_with_nowhere_to_show_is_still_answered(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    accepted = await store.accept_delivery(
+        KEY,
+        UserMessage(content="anyone?", author=ADA),
+        channel_key=CHANNEL,
+        delivery_id="no-surface",
+    )
+    assert accepted is not None
+    model = ScriptedModel([Reply(text="here")], info=info("m"))
+    runner = make_runner(store, tmp_path, lambda _id: model)  # no way to restore surfaces
+    await runner.recover()
+    await runner.wait(KEY)
+    assert [m.text() for m in await stored(store)] == ["anyone?", "here"]
+    assert await store.pending_conversations() == []

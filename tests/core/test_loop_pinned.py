@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -411,3 +412,117 @@ async def test_a_plain_reply_ends_its_turn_with_no_results() -> None:
     [turn_end] = [e for e in events if isinstance(e, TurnEnd)]
     assert turn_end.turn == 1 and turn_end.tool_results == []
     assert end_of(events).reason == "stop"
+
+
+class BadLabelTool(EchoTool):
+    name = "badlabel"
+
+    def summarize(self, params: TextParams) -> str:
+        raise ValueError("cannot describe")
+
+
+async def test_a_call_cut_off_by_the_limit_is_announced_with_its_id_arguments_and_name() -> None:
+    script = [
+        Reply(tool_calls=[call("echo", {"text": "x"}, id="cut-1")], stop_reason="length"),
+        Reply(text="again"),
+    ]
+    events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
+    [start] = [e for e in events if isinstance(e, ToolExecutionStart)]
+    assert (start.tool_call_id, start.tool_name, start.arguments, start.label) == (
+        "cut-1",
+        "echo",
+        {"text": "x"},
+        "echo",
+    )
+
+
+async def test_an_unknown_tool_with_no_tools_at_all_says_none_are_available() -> None:
+    script = [Reply(tool_calls=[call("nope", id="u-1")]), Reply(text="ok")]
+    events = await collect(run_agent(context(), ScriptedModel(script)))
+    [result] = results_of(events)
+    assert "Available tools: none." in result.text()
+    [end] = [e for e in events if isinstance(e, ToolExecutionEnd)]
+    assert (end.tool_call_id, end.result) == ("u-1", result)
+
+
+async def test_a_tool_that_cannot_describe_its_call_is_labelled_by_name_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    script = [Reply(tool_calls=[call("badlabel", {"text": "hi"})]), Reply(text="ok")]
+    events = await collect(run_agent(context(BadLabelTool()), ScriptedModel(script)))
+    [start] = [e for e in events if isinstance(e, ToolExecutionStart)]
+    assert start.label == "badlabel"
+    [record] = [r for r in caplog.records if "could not describe" in r.getMessage()]
+    assert record.getMessage() == "tool badlabel could not describe a call"
+    assert record.exc_info is not None and record.exc_info[0] is ValueError
+    assert [r.text() for r in results_of(events)] == ["hi"]
+
+
+class StalledModel:
+    """A model that has not said anything yet (a slow first token)."""
+
+    info = INFO
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.asked.set()
+        await asyncio.Event().wait()
+        yield StreamStart(partial=AssistantMessage(model=INFO.id, provider=INFO.provider))
+
+
+async def test_a_stop_before_the_first_token_ends_with_an_empty_aborted_reply() -> None:
+    model = StalledModel()
+    control = RunControl()
+    events: list[AgentEvent] = []
+
+    async def consume() -> None:
+        async for event in run_agent(context(), cast(Any, model), control=control):
+            events.append(event)
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.wait_for(model.asked.wait(), 5)
+    control.cancel("Stopped by Ada.")
+    await asyncio.wait_for(consumer, 5)
+
+    end = end_of(events)
+    assert end.reason == "aborted"
+    [aborted] = end.messages
+    assert isinstance(aborted, AssistantMessage)
+    assert (aborted.stop_reason, aborted.error_kind, aborted.error_message) == (
+        "aborted",
+        "aborted",
+        "Stopped by Ada.",
+    )
+    assert (aborted.model, aborted.text()) == (INFO.id, "")
+
+
+def test_messages_never_delivered_are_handed_back_steering_first_and_only_once() -> None:
+    control = RunControl()
+    later = UserMessage(content="when you are done")
+    now = UserMessage(content="right now")
+    control.follow_up(later)
+    control.steer(now)
+    assert control.take_pending() == [now, later]
+    assert control.take_pending() == []
+
+
+class WhereParams(BaseModel):
+    pass
+
+
+class WhereTool(AgentTool[WhereParams]):
+    name = "where"
+    label = "Where"
+    description = "Says where it works."
+    parameters = WhereParams
+
+    async def execute(self, call_id: str, params: WhereParams, ctx: ToolContext) -> ToolResult:
+        return ToolResult.text(str(ctx.workspace))
+
+
+async def test_without_a_config_tools_work_in_the_current_directory() -> None:
+    script = [Reply(tool_calls=[call("where")]), Reply(text="ok")]
+    events = await collect(run_agent(context(WhereTool()), ScriptedModel(script)))
+    assert [r.text() for r in results_of(events)] == [str(Path.cwd())]

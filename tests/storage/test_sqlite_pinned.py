@@ -176,3 +176,24 @@ async def test_a_path_that_cannot_hold_a_database_fails_to_open(tmp_path: Path) 
     folder.mkdir()
     with pytest.raises(sqlite3.Error):
         await SqliteStore.open(folder)
+
+
+async def test_a_closed_store_refuses_reads_and_writes_naming_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "teammate.db"
+    store = await SqliteStore.open(path)
+    conversation = await store.get_or_create_conversation("k", channel_key="c")
+    await store.close()
+    with pytest.raises(RuntimeError) as read:
+        await store.get_conversation("k")
+    with pytest.raises(RuntimeError) as write:
+        await store.append_message(conversation.id, UserMessage(content="late"))
+    for refused in (read, write):
+        assert str(refused.value) == f"the store for {path} is closed"
+
+
+async def test_an_in_memory_store_opens_and_keeps_what_it_is_given() -> None:
+    async with SqliteStore.open(":memory:") as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        await store.append_message(conversation.id, UserMessage(content="hello"))
+        loaded = await store.load(conversation.id)
+        assert [s.message.text() for s in loaded.messages] == ["hello"]
