@@ -365,6 +365,7 @@ async def test_each_turn_end_names_its_turn_and_the_results_it_produced() -> Non
     events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
     first, second = [e for e in events if isinstance(e, TurnEnd)]
     assert first.turn == 1 and [r.text() for r in first.tool_results] == ["a"]
+    assert [c.name for c in first.message.tool_calls()] == ["echo"]  # the reply that asked
     assert second.turn == 2 and second.tool_results == [] and second.message.stop_reason == "error"
 
 
