@@ -365,6 +365,7 @@ async def test_each_turn_end_names_its_turn_and_the_results_it_produced() -> Non
     events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
     first, second = [e for e in events if isinstance(e, TurnEnd)]
     assert first.turn == 1 and [r.text() for r in first.tool_results] == ["a"]
+    assert [c.name for c in first.message.tool_calls()] == ["echo"]  # the reply that asked
     assert second.turn == 2 and second.tool_results == [] and second.message.stop_reason == "error"
 
 
@@ -442,7 +443,7 @@ async def test_an_unknown_tool_with_no_tools_at_all_says_none_are_available() ->
     [result] = results_of(events)
     assert "Available tools: none." in result.text()
     [end] = [e for e in events if isinstance(e, ToolExecutionEnd)]
-    assert (end.tool_call_id, end.result) == ("u-1", result)
+    assert (end.tool_call_id, end.result, end.duration_s) == ("u-1", result, 0.0)  # never ran
 
 
 async def test_a_tool_that_cannot_describe_its_call_is_labelled_by_name_and_logged(
@@ -526,3 +527,20 @@ async def test_without_a_config_tools_work_in_the_current_directory() -> None:
     script = [Reply(tool_calls=[call("where")]), Reply(text="ok")]
     events = await collect(run_agent(context(WhereTool()), ScriptedModel(script)))
     assert [r.text() for r in results_of(events)] == [str(Path.cwd())]
+
+
+class LongLabelTool(EchoTool):
+    name = "longlabel"
+
+    def summarize(self, params: TextParams) -> str:
+        return params.text
+
+
+@pytest.mark.parametrize(("size", "shown"), [(120, 120), (121, 120)])
+async def test_a_label_of_up_to_120_characters_is_shown_whole(size: int, shown: int) -> None:
+    text = "y" * size
+    script = [Reply(tool_calls=[call("longlabel", {"text": text})]), Reply(text="ok")]
+    events = await collect(run_agent(context(LongLabelTool()), ScriptedModel(script)))
+    [start] = [e for e in events if isinstance(e, ToolExecutionStart)]
+    assert len(start.label) == shown
+    assert start.label == text if size <= 120 else start.label == "y" * 119 + "…"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.messages import Usage, UserMessage
+from core.messages import AssistantMessage, Text, Usage, UserMessage
 from storage.sqlite import SqliteStore
 
 
@@ -197,3 +197,21 @@ async def test_an_in_memory_store_opens_and_keeps_what_it_is_given() -> None:
         await store.append_message(conversation.id, UserMessage(content="hello"))
         loaded = await store.load(conversation.id)
         assert [s.message.text() for s in loaded.messages] == ["hello"]
+
+
+async def test_a_reply_appended_with_its_usage_records_even_one_token_and_its_model(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "d.db"
+    async with SqliteStore.open(path, clock=Clock(T0)) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="chan")
+        run = await store.start_run(conversation.id, user_id="U1", model="model-a")
+        reply = AssistantMessage(content=[Text(text="hi")])
+        await store.append_message(
+            conversation.id, reply, run_id=run.id, usage=Usage(output=1), model="model-b"
+        )
+        finished = await store.finish_run(run.id, "done")
+        assert finished.usage.output == 1
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT model, output_tokens FROM usage_ledger").fetchall()
+    assert rows == [("model-b", 1)]
