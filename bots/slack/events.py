@@ -80,8 +80,30 @@ class SlackFile:
     size: int | None
 
 
+class _ThreadKeys:
+    """The keys every event about a thread derives from its team, channel, thread and event."""
+
+    __slots__ = ()
+    team_id: str
+    channel_id: str
+    thread_ts: str
+    event_id: str
+
+    @property
+    def conversation_key(self) -> str:
+        return f"slack:{self.team_id}:{self.channel_id}:{self.thread_ts}"
+
+    @property
+    def channel_key(self) -> str:
+        return f"slack:{self.team_id}:{self.channel_id}"
+
+    @property
+    def event_delivery_id(self) -> str:
+        return f"slack:event:{self.event_id}"
+
+
 @dataclass(slots=True, frozen=True)
-class SlackMessage:
+class SlackMessage(_ThreadKeys):
     """A message addressed to the assistant (mentioned, in a DM, or in its thread).
 
     `delivery_id` (channel+ts) is what `to_incoming` hands the runner, which claims it
@@ -105,20 +127,8 @@ class SlackMessage:
     files: tuple[SlackFile, ...]
 
     @property
-    def conversation_key(self) -> str:
-        return f"slack:{self.team_id}:{self.channel_id}:{self.thread_ts}"
-
-    @property
-    def channel_key(self) -> str:
-        return f"slack:{self.team_id}:{self.channel_id}"
-
-    @property
     def delivery_id(self) -> str:
         return f"slack:msg:{self.team_id}:{self.channel_id}:{self.ts}"
-
-    @property
-    def event_delivery_id(self) -> str:
-        return f"slack:event:{self.event_id}"
 
     @property
     def delivery_ids(self) -> tuple[str, str]:
@@ -153,7 +163,7 @@ class SlackMessage:
 
 
 @dataclass(slots=True, frozen=True)
-class AssistantThreadEvent:
+class AssistantThreadEvent(_ThreadKeys):
     """An AI-app assistant thread was opened (`started`) or its user looked elsewhere."""
 
     kind: Literal["started", "context_changed"]
@@ -163,18 +173,6 @@ class AssistantThreadEvent:
     user_id: str
     context_channel_id: str | None  # the channel the user is viewing, when Slack says
     event_id: str
-
-    @property
-    def conversation_key(self) -> str:
-        return f"slack:{self.team_id}:{self.channel_id}:{self.thread_ts}"
-
-    @property
-    def channel_key(self) -> str:
-        return f"slack:{self.team_id}:{self.channel_id}"
-
-    @property
-    def event_delivery_id(self) -> str:
-        return f"slack:event:{self.event_id}"
 
 
 ParsedEvent = SlackMessage | AssistantThreadEvent | Ignored
