@@ -37,6 +37,7 @@ from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
+from tests.fakes.waiting_tool import WaitTool
 
 ADA = Author(id="U1", name="Ada")
 BOB = Author(id="U2", name="Bob")
@@ -66,32 +67,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class WaitParams(BaseModel):
-    pass
-
-
-class WaitTool(AgentTool[WaitParams]):
-    """Waits until the run is stopped; notes what its cancel signal said."""
-
-    name = "wait"
-    label = "Wait"
-    description = "Waits until the run is stopped."
-    parameters = WaitParams
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.saw: list[tuple[bool, str | None]] = []
-
-    async def execute(self, call_id: str, params: WaitParams, ctx: ToolContext) -> ToolResult:
-        self.started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            self.saw.append((ctx.signal.cancelled, ctx.signal.reason))
-            raise
-        return ToolResult.text("never")
 
 
 class NoteParams(BaseModel):

@@ -27,6 +27,7 @@ from core.messages import AssistantMessage, Text, ToolResultMessage, UserMessage
 from core.models.base import ModelInfo, ModelRequest, Prices, StreamEvent, StreamStart
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, AnyTool, ToolContext, ToolError, ToolResult
+from tests.fakes.waiting_tool import WaitParams, WaitTool
 
 INFO = ModelInfo(
     id="pinned-model-7",
@@ -36,33 +37,6 @@ INFO = ModelInfo(
     prices=Prices(input=1.0, output=2.0, cache_read=0.1, cache_write=1.0),
     supports_thinking=False,
 )
-
-
-class WaitParams(BaseModel):
-    pass
-
-
-class WaitTool(AgentTool[WaitParams]):
-    """Waits until cancelled and notes what its context said about the cancellation."""
-
-    name = "wait"
-    label = "Wait"
-    description = "Waits until the run is stopped."
-    parameters = WaitParams
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.saw: list[tuple[bool, str | None]] = []
-
-    async def execute(self, call_id: str, params: WaitParams, ctx: ToolContext) -> ToolResult:
-        self.started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            # What a tool with cleanup to do (kill a child, delete a temp file) relies on.
-            self.saw.append((ctx.signal.cancelled, ctx.signal.reason))
-            raise
-        return ToolResult.text("never")
 
 
 class TextParams(BaseModel):
