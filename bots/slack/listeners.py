@@ -25,12 +25,19 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Protocol
 
 from bots.access import access_refusal
+from bots.incoming import Incoming
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
 from bots.settings import Settings
 from bots.slack.backfill import thread_backfill
+from bots.slack.blocks import (
+    FEEDBACK_ACTION_ID,
+    STOP_ACTION_ID,
+    parse_feedback_value,
+    parse_stop_value,
+)
 from bots.slack.events import (
     AssistantThreadEvent,
     Ignored,
@@ -46,7 +53,6 @@ from core.messages import Author
 log = logging.getLogger(__name__)
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
-Vote: TypeAlias = Literal["up", "down"]
 
 MAX_KNOWN_THREADS = 10_000
 MAX_TITLE_CHARS = 60
@@ -88,21 +94,6 @@ class SurfaceMaker(Protocol):
     def for_message(self, message: SlackMessage, *, assistant_thread: bool) -> Surface: ...
 
 
-class ButtonCodec(Protocol):
-    """How the surface encodes its buttons (action ids and values)."""
-
-    stop_action_id: str
-    feedback_action_id: str
-
-    def stop_target(self, value: str) -> tuple[str, int] | None:
-        """(conversation key, run id) from a Stop button's value, or None if unreadable."""
-        ...
-
-    def feedback_vote(self, value: str) -> tuple[int, Vote] | None:
-        """(run id, "up" | "down") from a feedback button's value, or None."""
-        ...
-
-
 class SlackListeners:
     def __init__(
         self,
@@ -114,7 +105,6 @@ class SlackListeners:
         names: UserNames,
         fetcher: FileFetcher,
         surfaces: SurfaceMaker,
-        buttons: ButtonCodec,
         spawn: Spawn,
     ) -> None:
         self._runner = runner
@@ -124,7 +114,6 @@ class SlackListeners:
         self._names = names
         self._fetcher = fetcher
         self._surfaces = surfaces
-        self._buttons = buttons
         self._spawn = spawn
         self._known: OrderedDict[str, None] = OrderedDict()  # conversations the store has
 
@@ -142,8 +131,8 @@ class SlackListeners:
         bolt.assistant(assistant)
         bolt.event("app_mention")(self._on_event)
         bolt.event("message")(self._on_event)
-        bolt.action(self._buttons.stop_action_id)(self._on_stop_button)
-        bolt.action(self._buttons.feedback_action_id)(self._on_feedback_button)
+        bolt.action(STOP_ACTION_ID)(self._on_stop_button)
+        bolt.action(FEEDBACK_ACTION_ID)(self._on_feedback_button)
 
     async def _on_event(self, body: dict[str, Any]) -> None:
         self._spawn(self.handle_event(body, assistant_thread=False), _task_name(body))
@@ -274,14 +263,13 @@ class SlackListeners:
             await self._ephemeral(message.channel_id, message.user_id, message.thread_ts, text)
 
     async def handle_stop_click(self, click: ButtonClick) -> None:
-        target = self._buttons.stop_target(click.value)
-        if target is None:
+        run_id = parse_stop_value(click.value)
+        if run_id is None or click.thread_ts is None:
             log.warning("a Stop button with an unreadable value was clicked")
             return
-        key, run_id = target
-        if not _same_channel(key, click):
-            log.warning("a Stop button named another channel's conversation; ignored")
-            return
+        # The button sits in the answer's thread: that thread is the conversation, so a
+        # button can only ever stop a run of the thread it was clicked in.
+        key = f"slack:{click.team_id}:{click.channel_id}:{click.thread_ts}"
         name = await self._names.name(click.user_id)
         refusal = access_refusal(self._settings, _clicker(click, key, name))
         if refusal is not None:
@@ -293,7 +281,7 @@ class SlackListeners:
             await self._ephemeral(click.channel_id, click.user_id, click.thread_ts, STALE_STOP_TEXT)
 
     async def handle_feedback_click(self, click: ButtonClick) -> None:
-        vote = self._buttons.feedback_vote(click.value)
+        vote = parse_feedback_value(click.value)
         if vote is None:
             log.warning("a feedback button with an unreadable value was clicked")
             return
@@ -392,15 +380,8 @@ def _click(body: dict[str, Any]) -> ButtonClick | None:
         return None
 
 
-def _same_channel(conversation_key: str, click: ButtonClick) -> bool:
-    """A button acts only on a conversation of the channel it was clicked in."""
-    parts = conversation_key.split(":")
-    return len(parts) == 4 and parts[0] == "slack" and parts[2] == click.channel_id
-
-
-def _clicker(click: ButtonClick, conversation_key: str, name: str) -> Any:
-    from bots.incoming import Incoming
-
+def _clicker(click: ButtonClick, conversation_key: str, name: str) -> Incoming:
+    """The click as the allow-lists see it."""
     channel_key = conversation_key.rsplit(":", 1)[0]
     return Incoming(
         conversation_key=conversation_key,
