@@ -4,6 +4,7 @@ requests, or Socket Mode envelopes); tests assert on what the fake received."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -79,10 +80,15 @@ class Harness:
             self.fake.event_callback(event, event_id=event_id), retry_num=retry_num
         )
 
-    async def settle(self) -> None:
-        """Every acknowledged event handed to the runner, every answer finished and shown."""
-        await self.bot.drain()
-        await self.runner.wait_all()
+    async def settle(self, limit_s: float = 30.0) -> None:
+        """Every acknowledged event handed to the runner, every answer finished and shown
+        (bounded, so a test that would hang fails instead)."""
+
+        async def _settle() -> None:
+            await self.bot.drain()
+            await self.runner.wait_all()
+
+        await asyncio.wait_for(_settle(), limit_s)
 
     def replies(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
         return self.fake.bot_replies(channel, thread_ts)
