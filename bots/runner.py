@@ -160,6 +160,14 @@ class ConversationRunner:
     def is_running(self, conversation_key: str) -> bool:
         return conversation_key in self._active
 
+    def running_in(self, channel_key: str) -> list[str]:
+        """The conversations of a channel with work in progress (a run, or messages queued)."""
+        return [
+            key
+            for key, state in self._active.items()
+            if state.conversation.channel_key == channel_key
+        ]
+
     def current_run(self, conversation_key: str) -> int | None:
         """The id of the conversation's run in progress (for a Stop button), or None."""
         state = self._active.get(conversation_key)

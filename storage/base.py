@@ -162,6 +162,10 @@ class ConversationStore(Protocol):
         self, key: str, *, channel_key: str, title: str | None = None
     ) -> Conversation: ...
     async def get_conversation(self, key: str) -> Conversation | None: ...
+    async def channel_conversations(self, channel_key: str, *, limit: int) -> list[Conversation]:
+        """The channel's conversations, the most recently created first, at most `limit`."""
+        ...
+
     async def update_conversation(
         self,
         conversation_id: int,

@@ -222,6 +222,19 @@ class SqliteStore:
 
         return await self._read(body)
 
+    async def channel_conversations(self, channel_key: str, *, limit: int) -> list[Conversation]:
+        """The channel's conversations, the most recently created first, at most `limit`."""
+
+        def body(db: sqlite3.Connection) -> list[Conversation]:
+            found = db.execute(
+                f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE channel_key = ? "
+                "ORDER BY id DESC LIMIT ?",
+                (channel_key, max(0, limit)),
+            ).fetchall()
+            return [rows.conversation_from(row) for row in found]
+
+        return await self._read(body)
+
     async def update_conversation(
         self,
         conversation_id: int,

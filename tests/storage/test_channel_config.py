@@ -54,3 +54,13 @@ async def test_a_value_json_cannot_hold_is_refused_and_nothing_changes(
     with pytest.raises(TypeError):
         await store.set_channel_config("c", {"model": object()}, by="U1")
     assert await store.get_channel_config("c") == {"model": "a"}
+
+
+async def test_a_channels_conversations_newest_first_and_bounded(store: SqliteStore) -> None:
+    for thread in ("1.0", "2.0", "3.0"):
+        await store.get_or_create_conversation(f"slack:T:C1:{thread}", channel_key="slack:T:C1")
+    await store.get_or_create_conversation("slack:T:C2:1.0", channel_key="slack:T:C2")
+
+    found = await store.channel_conversations("slack:T:C1", limit=2)
+    assert [c.key for c in found] == ["slack:T:C1:3.0", "slack:T:C1:2.0"]
+    assert await store.channel_conversations("slack:T:C9", limit=10) == []
