@@ -12,9 +12,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -110,6 +119,37 @@ class CompactionSettings(BaseModel):
     keep_recent_tokens: int = Field(default=20_000, ge=0)
 
 
+def _snowflake_text(value: object) -> object:
+    # TOML and JSON lists hold ids as numbers; Discord's payloads as strings. Keep strings.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+Snowflake = Annotated[
+    str, BeforeValidator(_snowflake_text), StringConstraints(pattern=r"^[0-9]{1,20}$")
+]
+
+
+class DiscordSettings(BaseModel):
+    """The Discord adapter (`[discord]`, or `TEAMMATE_DISCORD__...`). Ids are snowflakes,
+    numbers or strings. Empty allow-lists allow everyone and everywhere."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Sync slash commands to this guild only (instant, for development); None: globally.
+    dev_guild_id: Snowflake | None = None
+    # The privileged Message Content intent. Off, the bot still answers mentions, replies to
+    # it and DMs, but not plain messages in its threads.
+    message_content: bool = True
+    allow_dms: bool = True
+    allowed_guilds: list[Snowflake] = Field(default_factory=list)
+    allowed_channels: list[Snowflake] = Field(default_factory=list)  # a thread: its parent
+    allowed_roles: list[Snowflake] = Field(default_factory=list)
+    allowed_users: list[Snowflake] = Field(default_factory=list)
+    # Who may use `/teammate config`: these users, or anyone with one of these roles.
+    admin_users: list[Snowflake] = Field(default_factory=list)
+    admin_roles: list[Snowflake] = Field(default_factory=list)
+
+
 _ENV_ALIASES: dict[str, str] = {
     "anthropic_api_key": "ANTHROPIC_API_KEY",
     "anthropic_base_url": "ANTHROPIC_BASE_URL",
@@ -150,6 +190,7 @@ class Settings(BaseSettings):
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
+    discord: DiscordSettings = Field(default_factory=DiscordSettings)
     # Who may use Teammate: platform user ids, and channel keys (or a whole platform, "slack").
     allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
     allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
