@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bots.markdown_split import split_markdown
+from bots.surface import RunOutcome
 from core.messages import Usage
-from storage.base import RunOutcome
 
 STOP_ACTION_ID = "teammate_stop"
 FEEDBACK_ACTION_ID = "teammate_feedback"
