@@ -74,7 +74,8 @@ MAX_RETRY_AFTER_S = 60.0
 METADATA_EVENT = "teammate_answer"
 LOOKUP_PAGES = 5  # conversations.replies pages searched for an ambiguous post
 
-# Errors meaning "this workspace/app/channel cannot stream natively": stop trying.
+# Errors meaning the app or workspace cannot stream natively: every surface stops trying. Any
+# other refusal (a channel type, a missing recipient) falls back for this surface only.
 _NO_STREAMING = frozenset(
     {
         "unknown_method",
@@ -83,11 +84,10 @@ _NO_STREAMING = frozenset(
         "missing_scope",
         "feature_not_enabled",
         "method_deprecated",
-        "invalid_arguments",
-        "not_in_channel",
-        "channel_type_not_supported",
     }
 )
+# Likewise for the assistant status line.
+_NO_STATUS_LINE = _NO_STREAMING | {"not_allowed_token_type", "invalid_arguments"}
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
@@ -170,6 +170,7 @@ class SlackSurface:
         self._status_wanted = ""
         self._status_sent = ""
         self._status_used = False
+        self._status_off = False  # Slack refused it in this thread
         self._finishing = False
         self._finished = False
         self._closed = False
@@ -407,13 +408,18 @@ class SlackSurface:
         self._streamed += new
 
     def _want_status(self, status: str) -> None:
-        if self._features.status_line and not self._finishing and self._run_id is not None:
+        if (
+            self._features.status_line
+            and not self._status_off
+            and not self._finishing
+            and self._run_id is not None
+        ):
             self._status_wanted = status
             self._status_throttle.request()
 
     async def _flush_status(self) -> None:
         wanted = self._status_wanted
-        if wanted == self._status_sent or not self._features.status_line:
+        if wanted == self._status_sent or self._status_off or not self._features.status_line:
             return
         self._status_used = True
         try:
@@ -426,7 +432,11 @@ class SlackSurface:
             )
         except SlackApiError as error:
             log.info("no assistant status line here (%s)", _error_code(error))
-            self._features.status_line = False
+            self._status_off = True
+            if _error_code(error) in _NO_STATUS_LINE:
+                self._features.status_line = False
+            return
+        except _TRANSPORT_ERRORS:
             return
         self._status_sent = wanted
 
@@ -586,16 +596,26 @@ class SlackSurface:
         return True
 
     async def _finish_progress(self, ts: str, attachments: list[dict[str, Any]] | None) -> None:
-        """The in-progress message beside a streamed answer: the Stop button goes."""
+        """The in-progress message beside a streamed answer: the Stop button goes, the tool
+        calls stay; with no tool calls it has nothing left to say and is deleted."""
         count = len(self._tools)
-        summary = f"Used {count} tool{'s' if count != 1 else ''}." if count else "Done."
         if self._recovered:
             summary = "Interrupted."
+        elif count:
+            summary = f"Used {count} tool{'s' if count != 1 else ''}."
+        else:
+            with contextlib.suppress(SlackApiError, *_TRANSPORT_ERRORS):
+                await self._call(
+                    self._client.chat_delete, idempotent=True, channel=self._channel, ts=ts
+                )
+                self._out.progress_ts = None
+                return
+            summary = "Done."
         body = blocks.MessageBody(summary, [blocks.context_block(summary)], attachments)
         await self._update(ts, body)
 
     async def _clear_status(self) -> None:
-        if not self._status_used or not self._features.status_line:
+        if not self._status_used or self._status_off:
             return
         with contextlib.suppress(SlackApiError, *_TRANSPORT_ERRORS):
             await self._call(
