@@ -381,10 +381,12 @@ class SlackSurface:
                 self._native = False
                 return
             except _TRANSPORT_ERRORS:
-                # It may have started: never start another; the final answer replaces it
-                # if it did (chat.update is safe to repeat), else is posted.
+                # It may have started: never start another. If it did, the final answer
+                # replaces it (chat.update is safe to repeat); else the message is updated.
                 log.warning("starting a stream failed in transport; not retried")
                 self._native = False
+                self._out.stream_ts = await self._find_message(lambda m: m.get("text") == chunk)
+                self._stream_broken = True
                 return
             self._out.stream_ts = str(response["ts"])
             self._streamed = chunk
@@ -750,7 +752,22 @@ class SlackSurface:
 
     async def _find_posted(self, part: str) -> str | None:
         """The ts of this run's message `part` if it is in the thread."""
+
+        def ours(message: dict[str, Any]) -> bool:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            return (
+                metadata.get("event_type") == METADATA_EVENT
+                and payload.get("run_id") == (self._run_id or 0)
+                and payload.get("part") == part
+            )
+
+        return await self._find_message(ours)
+
+    async def _find_message(self, matches: Callable[[dict[str, Any]], bool]) -> str | None:
+        """The ts of the newest bot message in the thread that `matches` (bounded search)."""
         cursor: str | None = None
+        found: str | None = None
         for _ in range(LOOKUP_PAGES):
             try:
                 page = await self._call(
@@ -763,20 +780,14 @@ class SlackSurface:
                     include_all_metadata=True,
                 )
             except (SlackApiError, *_TRANSPORT_ERRORS):
-                return None
-            for message in reversed(page.get("messages") or []):
-                metadata = message.get("metadata") or {}
-                payload = metadata.get("event_payload") or {}
-                if (
-                    metadata.get("event_type") == METADATA_EVENT
-                    and payload.get("run_id") == (self._run_id or 0)
-                    and payload.get("part") == part
-                ):
-                    return str(message["ts"])
+                return found
+            for message in page.get("messages") or []:
+                if isinstance(message, dict) and message.get("bot_id") and matches(message):
+                    found = str(message["ts"])
             cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
             if not cursor:
-                return None
-        return None
+                return found
+        return found
 
     async def _react(self, name: str, *, add: bool) -> None:
         method = self._client.reactions_add if add else self._client.reactions_remove
