@@ -5,7 +5,7 @@ in-progress message, the final answer's parts (standard Markdown in `markdown` b
 with `bots.markdown_split`), one legacy attachment per tool call, and the small context lines
 (outcome, usage). No IO; `bots.slack.surface` decides what to send when.
 
-Slack's limits that shape this (docs/architecture.md, Slack): a message's `text` truncates at
+Slack's limits that shape this: a message's `text` truncates at
 40,000 characters; `markdown` blocks hold about 12,000 characters per message in total; 50
 blocks per message; a legacy attachment's `text` folds behind "Show more" past 700 characters
 or 5 lines, which makes it the native collapsible for tool output; `context_actions` holds at
@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 from bots.markdown_split import split_markdown
 from core.messages import Usage
-from storage.base import RunOutcome
 
 STOP_ACTION_ID = "teammate_stop"
 FEEDBACK_ACTION_ID = "teammate_feedback"
@@ -133,7 +132,7 @@ def usage_line(usage: Usage) -> str:
     )
 
 
-def outcome_line(outcome: RunOutcome, error_text: str | None, reference: str | None) -> str | None:
+def outcome_line(outcome: str, error_text: str | None, reference: str | None) -> str | None:
     """What the final message says about how the run ended (None: it simply answered)."""
     text = (error_text or "").strip()
     if reference and reference not in text:

@@ -4,7 +4,7 @@ Owns: `SlackSurface` (the Surface of bots/surface.py for Slack), `SlackSurfaces`
 earlier runs' refs, for recovery), `SlackFeatures` (what this workspace supports, learnt once
 and shared by every surface of an app) and `SurfaceOptions`.
 
-How an answer looks (docs/architecture.md, "Slack"):
+How an answer looks:
 - 👀 on the person's message at once; at the end ✅ (answered), ⏹️ (`black_square_for_stop`:
   stopped) or ❌ (`x`: failed or interrupted by a restart).
 - The assistant status line ("thinking…", "running grep…") where the workspace has it;
@@ -57,7 +57,6 @@ from core.events import (
 )
 from core.messages import AssistantMessage, Author, Usage
 from core.models.base import TextDelta, ThinkingDelta, ToolCallDelta
-from storage.base import RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -820,7 +819,7 @@ class SlackSurfaces:
 _NOTICE_MARK = {"info": "ℹ️", "warning": "⚠️", "error": "❌"}
 
 
-def _final_reaction(outcome: RunOutcome) -> str:
+def _final_reaction(outcome: str) -> str:
     if outcome == "done":
         return DONE_REACTION
     if outcome == "aborted":
