@@ -544,6 +544,9 @@ class SlackSurface:
         parts = blocks.answer_parts(body)
         stream_ts = self._out.stream_ts
         progress_ts = self._out.progress_ts
+        if self._recovered and progress_ts is None:
+            # The process may have died between posting and recording it: look for it.
+            progress_ts = self._out.progress_ts = await self._find_posted("progress")
 
         if stream_ts is not None and not self._recovered:
             if await self._stop_stream(stream_ts, body, extras):

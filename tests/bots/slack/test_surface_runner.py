@@ -102,19 +102,28 @@ async def test_a_stopped_run_shows_it_was_stopped(
 
 
 async def _crashed_run(
-    store: SqliteStore, fake_slack: FakeSlack, client: AsyncWebClient, *, post_progress: bool
+    store: SqliteStore,
+    fake_slack: FakeSlack,
+    client: AsyncWebClient,
+    *,
+    post_progress: bool,
+    recorded: bool = True,
 ) -> tuple[str, dict[str, Any]]:
-    """A run whose process died mid-answer: its ref as the feed stored it."""
+    """A run whose process died mid-answer, with its ref as the feed stored it (`recorded`
+    False: it died after posting the in-progress message, before storing where it was)."""
     surface, thread_ts = surface_for(client, fake_slack, streaming=False)
-    await surface.emit(started(run_id=1))
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    run = await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref=surface.ref, owner={}
+    )
+    await surface.emit(started(run_id=run.id))
     if post_progress:
         await surface.emit(tool_start("t1", "grep", "Search", pattern="x"))
         await fake_slack.wait_for(lambda f: len(f.bot_replies(SLACK_CHANNEL, thread_ts)) == 1)
     ref = surface.ref
-    if post_progress:  # as the feed stores it once the post has answered
+    if post_progress and recorded:  # as the feed stores it once the post has answered
         ref["progress_ts"] = fake_slack.bot_replies(SLACK_CHANNEL, thread_ts)[0]["ts"]
-    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
-    await store.start_run(conversation.id, user_id=ADA.id, model="m", surface_ref=ref, owner={})
+        await store.set_run_surface_ref(run.id, ref)
     return thread_ts, ref
 
 
@@ -150,4 +159,20 @@ async def test_an_interrupted_run_that_showed_nothing_posts_once(
     assert any(INTERRUPTED_TEXT in text for text in context_texts(message))
     assert fake_slack.reactions(SLACK_CHANNEL, thread_ts) == [FAILED_REACTION]
     assert SlackSurfaces(slack_client).for_ref(KEY, {"platform": "terminal"}) is None
+    await runner.close()
+
+
+async def test_an_in_progress_message_posted_but_not_recorded_is_found_at_recovery(
+    store: SqliteStore, tmp_path: Path, fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    thread_ts, ref = await _crashed_run(
+        store, fake_slack, slack_client, post_progress=True, recorded=False
+    )
+    assert ref["progress_ts"] is None
+    runner = make_runner(store, tmp_path, ScriptedModel(), surfaces=SlackSurfaces(slack_client))  # type: ignore[arg-type]
+    await runner.recover()
+    await runner.wait(KEY)
+    [message] = fake_slack.bot_replies(SLACK_CHANNEL, thread_ts)  # no second message
+    assert not has_stop(message)
+    assert any(INTERRUPTED_TEXT in text for text in context_texts(message))
     await runner.close()
