@@ -201,7 +201,7 @@ class SlackListeners:
         )
 
     async def _handle_message(self, message: SlackMessage, *, assistant_thread: bool) -> None:
-        if message.is_dm and not assistant_thread and not self._settings.slack.dms_enabled:
+        if message.is_dm and not self._settings.slack.dms_enabled:  # assistant threads too
             await self._refuse(message, DMS_OFF_TEXT)
             return
         refusal = access_refusal(self._settings, message.to_incoming(message.user_id))
