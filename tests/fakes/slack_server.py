@@ -71,6 +71,7 @@ class Call:
     args: dict[str, Any]
     headers: dict[str, str]
     status: int = 200  # what the fake answered (429, 500 when a fault was injected)
+    at: float = field(default_factory=time.monotonic)  # when it arrived (for benchmarks)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.method, self.args, self.headers))
@@ -732,9 +733,25 @@ class FakeSlack:
 
     def _replies(self, args: dict[str, Any]) -> dict[str, Any]:
         channel, ts = args.get("channel"), str(args.get("ts") or "")
-        thread = self.thread(channel, ts) if channel else []
+        asked = self.message(channel, ts) if channel else None
+        # A reply's ts reads its whole thread; the parent always comes first.
+        parent_ts = str(asked.get("thread_ts") or ts) if asked is not None else ts
+        thread = self.thread(channel, parent_ts) if channel else []
         if not thread:
             return _error("thread_not_found")
+        oldest, latest = args.get("oldest"), args.get("latest")
+        inclusive = str(args.get("inclusive") or "") in ("1", "true", "True")
+        if oldest or latest:
+            low = _ts_key(str(oldest)) if oldest else None
+            high = _ts_key(str(latest)) if latest else None
+
+            def within(message: dict[str, Any]) -> bool:
+                key = _ts_key(message["ts"])
+                if low is not None and (key < low or (key == low and not inclusive)):
+                    return False
+                return not (high is not None and (key > high or (key == high and not inclusive)))
+
+            thread = thread[:1] + [m for m in thread[1:] if within(m)]
         limit = int(args.get("limit") or self.replies_page_size)
         limit = max(1, min(limit, 1000))
         start = int(args.get("cursor") or 0)
