@@ -112,3 +112,44 @@ async def test_shutdown_finishes_accepted_work_and_stops_what_still_runs(
     assert "white_check_mark" in fake_slack.reactions("C2", quick["ts"])
     assert tool.saw and tool.saw[0][0] is True
     assert "black_square_for_stop" in fake_slack.reactions("C1", stuck["ts"])
+
+
+async def test_run_serves_until_stopped_then_shuts_down(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    from bots.runner import ConversationRunner
+    from bots.slack.app import SLACK_RULES, SlackBot
+    from storage.sqlite import SqliteStore
+    from tests.bots.slack.e2e_harness import SECRET, settings_for
+    from tests.fakes.slack_server import signed_request
+
+    settings = settings_for(fake_slack, tmp_path)
+    bot = SlackBot(settings)
+    store = await SqliteStore.open(settings.database_path)
+    model = ScriptedModel([Reply(text="served")])
+    runner = ConversationRunner(
+        store=store,
+        settings=settings,
+        model_factory=lambda _model_id: model,
+        toolset_factory=lambda _channel: [],
+        platform_rules=SLACK_RULES,
+        surfaces=bot.surfaces,
+    )
+    ports: asyncio.Queue[int | None] = asyncio.Queue()
+    stop = asyncio.Event()
+    serving = asyncio.create_task(
+        bot.run(runner, mode="http", host="127.0.0.1", port=0, stop=stop, ready=ports.put_nowait)
+    )
+    try:
+        port = await asyncio.wait_for(ports.get(), 10)
+        event = message_event(fake_slack, "hello")
+        url = f"http://127.0.0.1:{port}/slack/events"
+        assert (await signed_request(url, fake_slack.event_callback(event), SECRET)).status == 200
+        stop.set()  # at once: the acknowledged event is still answered
+        await asyncio.wait_for(serving, 30)
+    finally:
+        stop.set()
+        await runner.close()
+        await store.close()
+    assert "served" in texts(fake_slack.bot_replies("C1", event["ts"]))
+    assert bot.pending_events == 0
