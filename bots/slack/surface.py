@@ -163,6 +163,7 @@ class SlackSurface:
         self._streamed = ""  # what the native stream shows
         self._stream_broken = False
         self._last_progress: tuple[Any, ...] | None = None
+        self._quiet_until = 0.0  # no progress writes before this (monotonic), after a 429
         self._activity_due = False
         self._activity_timer: asyncio.TimerHandle | None = None
         self._shown_notices: set[str] = set()
@@ -324,8 +325,9 @@ class SlackSurface:
         return "\n\n".join(text.strip("\n") for text in texts)
 
     async def _flush(self) -> None:
-        """Throttled: bring Slack up to date with the answer so far."""
-        if self._finishing or self._run_id is None:
+        """Throttled: bring Slack up to date with the answer so far. After a 429 nothing is
+        sent until its Retry-After has passed; then the state of that moment is shown."""
+        if self._finishing or self._run_id is None or time.monotonic() < self._quiet_until:
             return
         text = self._text()
         if self._native and text:
@@ -342,12 +344,19 @@ class SlackSurface:
         if key == self._last_progress:
             return
         if self._out.progress_ts is None:
-            ts = await self._post(body, part="progress")
-            if ts is not None:
-                self._out.progress_ts = ts
-        else:
-            await self._update(self._out.progress_ts, body)
+            ts = await self._post(body, part="progress", progress=True)
+            if ts is None:
+                return
+            self._out.progress_ts = ts
+        elif not await self._update(self._out.progress_ts, body, progress=True):
+            return
         self._last_progress = key
+
+    def _back_off(self, error: SlackApiError) -> None:
+        """A progress write got a 429: skip updates until Retry-After, then show the latest."""
+        delay = _retry_after(error)
+        self._quiet_until = time.monotonic() + delay
+        asyncio.get_running_loop().call_later(delay, self._throttle.request)
 
     def _progress_status(self, tools: list[blocks.ToolView]) -> str:
         running = [view for view in tools if view.ok is None]
@@ -369,8 +378,13 @@ class SlackSurface:
                 arguments["recipient_user_id"] = self._user_id
                 arguments["recipient_team_id"] = self._team_id
             try:
-                response = await self._call(self._client.chat_startStream, **arguments)
+                response = await self._call(
+                    self._client.chat_startStream, wait_on_429=False, **arguments
+                )
             except SlackApiError as error:
+                if _is_rate_limited(error):
+                    self._back_off(error)
+                    return
                 if _error_code(error) in _NO_STREAMING:
                     log.info(
                         "native streaming unavailable (%s); updating a message instead",
@@ -398,11 +412,19 @@ class SlackSurface:
         try:
             await self._call(
                 self._client.chat_appendStream,
+                wait_on_429=False,
                 channel=self._channel,
                 ts=self._out.stream_ts,
                 markdown_text=new,
             )
-        except (SlackApiError, *_TRANSPORT_ERRORS):
+        except SlackApiError as error:
+            if _is_rate_limited(error):
+                self._back_off(error)  # nothing was appended: the next append carries it
+                return
+            log.warning("appending to the stream failed; the final answer will replace it")
+            self._stream_broken = True
+            return
+        except _TRANSPORT_ERRORS:
             log.warning("appending to the stream failed; the final answer will replace it")
             self._stream_broken = True
             return
@@ -633,17 +655,27 @@ class SlackSurface:
     # -- Slack calls -----------------------------------------------------------------------------
 
     async def _call(
-        self, method: Callable[..., Awaitable[Any]], *, idempotent: bool = False, **arguments: Any
+        self,
+        method: Callable[..., Awaitable[Any]],
+        *,
+        idempotent: bool = False,
+        wait_on_429: bool = True,
+        **arguments: Any,
     ) -> Any:
-        """One Web API call: retried after Retry-After on a 429 (bounded); after a transport
-        error retried once only when repeating it cannot show anything twice."""
+        """One Web API call: retried after Retry-After on a 429 (bounded; `wait_on_429`
+        False raises it for the caller to skip); after a transport error retried once only
+        when repeating it cannot show anything twice."""
         rate_limited = 0
         transport_failures = 0
         while True:
             try:
                 return await method(**arguments)
             except SlackApiError as error:
-                if _is_rate_limited(error) and rate_limited < MAX_RATE_LIMIT_RETRIES:
+                if (
+                    wait_on_429
+                    and _is_rate_limited(error)
+                    and rate_limited < MAX_RATE_LIMIT_RETRIES
+                ):
                     rate_limited += 1
                     await self._sleep(_retry_after(error))
                     continue
@@ -660,12 +692,15 @@ class SlackSurface:
             "event_payload": {"run_id": self._run_id or 0, "part": part},
         }
 
-    async def _post(self, body: blocks.MessageBody, *, part: str) -> str | None:
-        """Post a message in the thread; None if Slack refused it. A transport error is
-        raised (the message may exist), never retried."""
+    async def _post(
+        self, body: blocks.MessageBody, *, part: str, progress: bool = False
+    ) -> str | None:
+        """Post a message in the thread; None if Slack refused it. After a transport error
+        it is looked for in the thread, never posted again."""
         try:
             response = await self._call(
                 self._client.chat_postMessage,
+                wait_on_429=not progress,
                 channel=self._channel,
                 thread_ts=self._thread_ts,
                 metadata=self._metadata(part),
@@ -674,6 +709,9 @@ class SlackSurface:
                 **body.arguments(),
             )
         except SlackApiError as error:
+            if progress and _is_rate_limited(error):
+                self._back_off(error)
+                return None
             log.warning("posting in %s failed (%s)", self._channel, _error_code(error))
             return None
         except _TRANSPORT_ERRORS:
@@ -736,19 +774,25 @@ class SlackSurface:
         except (SlackApiError, *_TRANSPORT_ERRORS):
             return None
 
-    async def _update(self, ts: str, body: blocks.MessageBody) -> bool:
+    async def _update(self, ts: str, body: blocks.MessageBody, *, progress: bool = False) -> bool:
         """Replace a message (idempotent, so safe to repeat). False if it failed."""
         try:
             await self._call(
                 self._client.chat_update,
                 idempotent=True,
+                wait_on_429=not progress,
                 channel=self._channel,
                 ts=ts,
                 **body.arguments(),
             )
-        except (SlackApiError, *_TRANSPORT_ERRORS) as error:
-            code = _error_code(error) if isinstance(error, SlackApiError) else "transport"
-            log.warning("updating a message in %s failed (%s)", self._channel, code)
+        except SlackApiError as error:
+            if progress and _is_rate_limited(error):
+                self._back_off(error)
+                return False
+            log.warning("updating a message in %s failed (%s)", self._channel, _error_code(error))
+            return False
+        except _TRANSPORT_ERRORS:
+            log.warning("updating a message in %s failed in transport", self._channel)
             return False
         return True
 

@@ -215,3 +215,24 @@ def test_progress_tail_of_a_long_answer_is_balanced_and_fits() -> None:
     assert len(tail) <= blocks.MARKDOWN_LIMIT
     assert fences_balanced(tail)
     assert tail.rstrip().endswith("line 2999\n```")
+
+
+async def test_after_a_refused_update_the_latest_state_shows_once_retry_after_passed(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, streaming=False)
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("one"))
+    await fake_slack.wait_for(lambda f: len(f.bot_replies(CHANNEL, question["ts"])) == 1)
+    fake_slack.fail_next("chat.update", 429, retry_after=1)
+    await surface.emit(reply.text(" two"))
+    await fake_slack.wait_for(lambda f: len(f.calls_to("chat.update")) == 1)
+    await surface.emit(reply.text(" three"))  # asked for while quiet: not sent yet
+    await fake_slack.wait_for(
+        lambda f: markdown_of(f.bot_replies(CHANNEL, question["ts"])[0]) == "one two three"
+    )
+    assert [c.status for c in fake_slack.calls_to("chat.update")] == [429, 200]
+    await surface.emit(reply.end())
+    await surface.emit(finished("one two three"))
+    await surface.close()
