@@ -33,7 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 import aiohttp
@@ -114,7 +114,6 @@ class _Outbox:
 
     progress_ts: str | None = None  # the in-progress message (Stop button, tool calls)
     stream_ts: str | None = None  # the natively streamed answer
-    answer_ts: list[str] = field(default_factory=list)  # final answer parts posted
 
 
 class SlackSurface:
@@ -153,7 +152,6 @@ class SlackSurface:
         self._sleep = sleep
         self._out = _Outbox(progress_ts=progress_ts, stream_ts=stream_ts)
         self._run_id: int | None = None
-        self._started_at = time.monotonic()
         # The answer so far: completed assistant texts, and the reply being written (the
         # loop's working copy, read only when rendering, so a delta costs nothing).
         self._texts: list[str] = []
@@ -183,7 +181,6 @@ class SlackSurface:
         client: AsyncWebClient,
         ref: dict[str, Any],
         *,
-        features: SlackFeatures | None = None,
         options: SurfaceOptions | None = None,
     ) -> SlackSurface | None:
         """A surface where an earlier run was shown (`ref` as this class wrote it), or None
@@ -296,7 +293,6 @@ class SlackSurface:
 
     async def _start(self, event: RunStarted) -> None:
         self._run_id = event.run_id
-        self._started_at = time.monotonic()
         if event.author is not None and self._user_id is None:
             self._user_id = _user_id(event.author)
         if self._options.reactions and self._message_ts is not None:
@@ -592,11 +588,18 @@ class SlackSurface:
                 extras=extras if last else [],
                 attachments=first_attachments if index == 0 else None,
             )
-            if index == 0 and target is not None and await self._update(target, message):
-                continue
-            ts = await self._post_once(message, part=f"answer:{index}")
-            if ts is not None:
-                self._out.answer_ts.append(ts)
+            if index == 0 and target is not None:
+                if await self._update(target, message):
+                    continue
+                if target == stream_ts:  # a half-streamed answer must not stay beside it
+                    with contextlib.suppress(SlackApiError, *_TRANSPORT_ERRORS):
+                        await self._call(
+                            self._client.chat_delete,
+                            idempotent=True,
+                            channel=self._channel,
+                            ts=target,
+                        )
+            await self._post_once(message, part=f"answer:{index}")
         if stream_ts is not None and progress_ts is not None:
             await self._finish_progress(progress_ts, attachments)
 

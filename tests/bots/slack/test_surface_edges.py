@@ -236,3 +236,24 @@ async def test_after_a_refused_update_the_latest_state_shows_once_retry_after_pa
     await surface.emit(reply.end())
     await surface.emit(finished("one two three"))
     await surface.close()
+
+
+async def test_a_stream_that_cannot_be_replaced_gives_way_to_posted_parts(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    answer = "\n\n".join(f"Paragraph {n}. " + "text " * 100 for n in range(60))  # > 30k
+    surface, question = make_surface(slack_client, fake_slack, streaming=True)
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text(answer[:5_000]))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    await surface.emit(reply.text(answer[5_000:]))
+    await surface.emit(reply.end())
+    fake_slack.fail_next("chat.update", 500)
+    await surface.emit(finished(answer))
+    await surface.close()
+    replies = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert not any("streaming" in m for m in replies)  # the half-streamed answer went
+    shown = "\n\n".join(markdown_of(m) for m in replies)
+    assert shown.split() == answer.split()
+    assert has_feedback(replies[-1])
