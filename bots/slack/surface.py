@@ -297,7 +297,7 @@ class SlackSurface:
             self._user_id = _user_id(event.author)
         if self._options.reactions and self._message_ts is not None:
             await self._react(WORKING_REACTION, add=True)
-        self._want_status(THINKING_STATUS)
+        # No status yet: thinking or a tool call sets it, so a plain quick answer costs none.
         loop = asyncio.get_running_loop()
         self._activity_timer = loop.call_later(self._options.activity_delay_s, self._activity)
 
