@@ -69,6 +69,9 @@ class SlackBot:
             # Socket Mode needs none; HTTP mode checks it is set (`listen_http`).
             signing_secret=signing.get_secret_value() if signing is not None else "",
             process_before_response=True,
+            # bolt's say/set_status helpers are not used (the surface talks to Slack): not
+            # building them keeps every acknowledgement a little cheaper.
+            attaching_conversation_kwargs_enabled=False,
             logger=logging.getLogger("slack_bolt"),
         )
         self.bolt.middleware(self._refuse_while_closing)

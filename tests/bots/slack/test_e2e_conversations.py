@@ -320,3 +320,18 @@ async def test_socket_mode_reconnects_through_apps_connections_open(
         await app.settle()
     assert len(fake_slack.calls_to("apps.connections.open")) >= 2
     assert "after" in texts(app.replies("C1", second["ts"]))
+
+
+async def test_a_message_arriving_twice_at_once_is_prepared_once(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    parent = fake_slack.seed_message("C1", "the build is red", user=BOB)
+    model = ScriptedModel([Reply(text="one answer")])
+    fake_slack.delay("conversations.replies", 0.5)  # the first is still reading the thread
+    async with running(fake_slack, tmp_path, model) as app:
+        mention = message_event(fake_slack, "why?", thread_ts=parent["ts"])
+        await app.event(mention)
+        await app.event(mention | {"type": "message", "channel_type": "channel"})
+        await app.settle()
+    assert len(model.requests) == 1
+    assert len(fake_slack.calls_to("conversations.replies")) == 1
