@@ -12,7 +12,10 @@ event id are claimed in the store's one accepting transaction (`Incoming.also_cl
 retry of an event, a restart, and a mention arriving as both `app_mention` and `message` are
 answered once, and a delivery is never claimed without its message being stored. Only what
 stores no message (a stop, a refusal note) is claimed on its own, so that a late retry cannot
-stop a newer run or repeat a note.
+stop a newer run or repeat a note. What remains is the window between the acknowledgement and
+that transaction (the name, the files, the thread's backfill): a process killed inside it
+loses that event, since Slack does not redeliver what was acknowledged; a graceful shutdown
+drains it (`SlackBot.shutdown`).
 
 Must not: render answers (the surface does), write SQL, or block the acknowledgement.
 """
