@@ -176,3 +176,20 @@ async def test_an_in_progress_message_posted_but_not_recorded_is_found_at_recove
     assert not has_stop(message)
     assert any(INTERRUPTED_TEXT in text for text in context_texts(message))
     await runner.close()
+
+
+async def test_a_slow_slack_loses_no_text_when_the_feed_skips_deltas(
+    store: SqliteStore, tmp_path: Path, fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    answer = " ".join(f"word{n}" for n in range(3_000))
+    model = ScriptedModel([Reply(text=answer, chunk_size=3)])
+    runner = make_runner(store, tmp_path, model)
+    fake_slack.streaming_error = "unknown_method"
+    fake_slack.delay("chat.postMessage", 0.3)  # the feed queues up, then skips text deltas
+    surface, thread_ts = surface_for(slack_client, fake_slack, streaming=False)
+    await runner.submit(incoming("talk a lot"), surface)
+    await runner.wait(KEY)
+    replies = fake_slack.bot_replies(SLACK_CHANNEL, thread_ts)
+    assert " ".join(markdown_of(m) for m in replies).split() == answer.split()
+    assert [has_feedback(m) for m in replies] == [False] * (len(replies) - 1) + [True]
+    await runner.close()
