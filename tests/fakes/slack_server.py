@@ -57,6 +57,7 @@ MAX_BLOCKS = 50
 MAX_MARKDOWN_CHARS = 12_000  # all `markdown` blocks of one message together
 MAX_SECTION_TEXT = 3_000
 MAX_TEXT_CHARS = 40_000
+MAX_ATTACHMENTS = 100
 LOGIN_PAGE = (
     "<!DOCTYPE html><html><head><title>Slack</title></head>"
     "<body><h1>Sign in to Slack</h1></body></html>"
@@ -647,6 +648,8 @@ class FakeSlack:
         problem = block_problem(args.get("blocks"))
         if problem is not None:
             return _error("invalid_blocks", detail=problem)
+        if len(args.get("attachments") or []) > MAX_ATTACHMENTS:
+            return _error("too_many_attachments")
         thread_ts = args.get("thread_ts")
         if thread_ts and self.message(channel, str(thread_ts)) is None:
             # Slack accepts a reply to a thread it cannot find as a top-level message; the
@@ -666,6 +669,8 @@ class FakeSlack:
         problem = block_problem(args.get("blocks"))
         if problem is not None:
             return _error("invalid_blocks", detail=problem)
+        if len(args.get("attachments") or []) > MAX_ATTACHMENTS:
+            return _error("too_many_attachments")
         if "text" in args:
             message["text"] = str(args.get("text") or "")[:MAX_TEXT_CHARS]
         for name in ("blocks", "attachments", "metadata"):

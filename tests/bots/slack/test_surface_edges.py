@@ -257,3 +257,20 @@ async def test_a_stream_that_cannot_be_replaced_gives_way_to_posted_parts(
     shown = "\n\n".join(markdown_of(m) for m in replies)
     assert shown.split() == answer.split()
     assert has_feedback(replies[-1])
+
+
+async def test_in_a_dm_the_stream_needs_no_recipient(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, streaming=True, channel="D0DM")
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("Hello in private."))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    await surface.emit(reply.end())
+    await surface.emit(finished("Hello in private."))
+    await surface.close()
+    start = fake_slack.calls_to("chat.startStream")[0].args
+    assert "recipient_user_id" not in start and start["channel"] == "D0DM"
+    [answer] = fake_slack.bot_replies("D0DM", question["ts"])
+    assert answer["text"] == "Hello in private." and has_feedback(answer)
