@@ -67,6 +67,7 @@ STOPPED_REACTION = "black_square_for_stop"
 FAILED_REACTION = "x"
 THINKING_STATUS = "thinking…"
 
+SPLIT_IN_THREAD_CHARS = 50_000  # longer answers are split off the event loop
 STREAM_LIMIT = 11_000  # streamed characters; a longer answer is finished by chat.update
 MAX_RATE_LIMIT_RETRIES = 8
 MAX_RETRY_AFTER_S = 60.0
@@ -559,7 +560,10 @@ class SlackSurface:
     async def _show_final(self, body: str, extras: list[dict[str, Any]]) -> None:
         tools = list(self._tools.values())
         attachments = blocks.tool_attachments(tools) if tools else None
-        parts = blocks.answer_parts(body)
+        if len(body) > SPLIT_IN_THREAD_CHARS:  # splitting a long answer takes a while
+            parts = await asyncio.to_thread(blocks.answer_parts, body)
+        else:
+            parts = blocks.answer_parts(body)
         stream_ts = self._out.stream_ts
         progress_ts = self._out.progress_ts
         if self._recovered and progress_ts is None:

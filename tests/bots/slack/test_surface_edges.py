@@ -215,6 +215,9 @@ def test_progress_tail_of_a_long_answer_is_balanced_and_fits() -> None:
     assert len(tail) <= blocks.MARKDOWN_LIMIT
     assert fences_balanced(tail)
     assert tail.rstrip().endswith("line 2999\n```")
+    assert tail.startswith("```\n")  # the fence opened long before is reopened
+    prose = "intro\n\n" + "\n\n".join(f"para {i} " + "x" * 80 for i in range(500))
+    assert blocks.progress_tail(prose).startswith("para ")  # no fence invented
 
 
 async def test_after_a_refused_update_the_latest_state_shows_once_retry_after_passed(
