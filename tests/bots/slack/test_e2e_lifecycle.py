@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[3]
 async def test_an_assistant_thread_gets_prompts_a_title_a_status_and_an_answer(
     fake_slack: FakeSlack, tmp_path: Path
 ) -> None:
-    model = ScriptedModel([Reply(text="Here is the summary.")])
+    model = ScriptedModel([Reply(thinking="Which channel?", text="Here is the summary.")])
     async with running(fake_slack, tmp_path, model, mode="socket") as app:
         started = {
             "type": "assistant_thread_started",
@@ -50,7 +50,7 @@ async def test_an_assistant_thread_gets_prompts_a_title_a_status_and_an_answer(
     assert prompts.args["channel_id"] == "D1" and prompts.args["prompts"]
     [title] = fake_slack.calls_to("assistant.threads.setTitle")
     assert title.args["title"] == "summarise #general today"
-    assert fake_slack.statuses, "the status line showed the work"
+    assert fake_slack.statuses, "the status line showed the thinking"
     assert "Here is the summary." in texts(fake_slack.bot_replies("D1", parent["ts"]))
     assert len(model.requests) == 1
 
