@@ -4,7 +4,7 @@ Both apps run in HTTP mode in their own process, the way they run in production:
 the real `teammate slack --http` (scripted model, zero latency, a real SQLite store), talking to
 a fake Slack Web API (`tests/fakes/slack_server.py`) in this process; the bare app is slack-bolt's
 `AsyncApp` with one listener that does nothing (bolt acknowledges the event). This process signs
-the events and sends them.
+the events; a third process sends each burst, so that the fake's work is not in the timing.
 
 Measured:
 - a burst of N signed `app_mention` events (each a new thread, over 100 keep-alive connections,
@@ -248,25 +248,61 @@ def bot_calls(fake: FakeSlack, since: int) -> list[Any]:
 async def burst(
     fake: FakeSlack, target: Target, n: int, tag: str, *, answers: bool
 ) -> dict[str, Any]:
+    (warm,) = prepare(fake, 1, tag + "w")
     events = prepare(fake, n, tag)
     first_call = len(fake.calls)
-    connector = aiohttp.TCPConnector(limit=CONNECTIONS)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await post(session, target.url, prepare(fake, 1, tag + "w")[0])  # warm the connection
-        if answers:
-            await wait_answered(fake, [])
-        latencies = await asyncio.gather(*(post(session, target.url, e) for e in events))
+    latencies = await send_from_a_child(target.url, warm, events)
     result: dict[str, Any] = {
         "p50": statistics.median(latencies),
         "p99": percentile(list(latencies), 99),
     }
     if answers:
-        result["answered"] = await wait_answered(fake, events)
+        # The warm-up event was answered too; its calls are counted, so it counts as an answer.
+        result["answered"] = await wait_answered(fake, [warm, *events]) - 1
+        result["answers_counted"] = result["answered"] + 1
         await settle(fake)  # the answers' last calls (reactions, stream stops)
         calls = bot_calls(fake, first_call)
         result["calls"] = Counter(call.method for call in calls)
         result["rate_limited"] = sum(1 for call in calls if call.status == 429)
     return result
+
+
+async def send_from_a_child(url: str, warm: Prepared, events: list[Prepared]) -> list[float]:
+    """Send the burst from a process of its own, so that neither the sender's work nor the
+    fake Slack's (answering the app's calls, in this process) is inside the measurement."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump([{"body": e.body.decode(), "headers": e.headers} for e in [warm, *events]], file)
+    try:
+        sender = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "benchmarks.slack_ack",
+            "--send",
+            url,
+            file.name,
+            env=os.environ | {"PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(sender.communicate(), DEADLINE_S)
+    finally:
+        os.unlink(file.name)
+    if sender.returncode != 0:
+        raise RuntimeError(f"the sender failed ({sender.returncode})")
+    latencies: list[float] = json.loads(out.decode().strip().splitlines()[-1])
+    return latencies
+
+
+async def send(url: str, loaded: list[dict[str, Any]]) -> None:
+    """The sender (a child process): the first event alone (connections warm, the app's first
+    request done), then the rest at once over `CONNECTIONS` keep-alive connections; prints the
+    burst's latencies in ms as one JSON list."""
+    events = [Prepared("", "", e["body"].encode(), e["headers"]) for e in loaded]
+    connector = aiohttp.TCPConnector(limit=CONNECTIONS)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await post(session, url, events[0])
+        await asyncio.sleep(1.0)  # the warm-up event's answer is done before the burst
+        latencies = await asyncio.gather(*(post(session, url, e) for e in events[1:]))
+    print(json.dumps([round(latency, 3) for latency in latencies]))
 
 
 async def singles(
@@ -356,6 +392,7 @@ async def run(args: argparse.Namespace, print_: Callable[[str], None]) -> dict[s
     for result in ours:
         calls.update(result["calls"])
     answered_total = sum(result["answered"] for result in ours)
+    counted = sum(result["answers_counted"] for result in ours)
     figures = {
         "events": args.events,
         "rounds": args.rounds,
@@ -366,8 +403,8 @@ async def run(args: argparse.Namespace, print_: Callable[[str], None]) -> dict[s
         "first_post_ms": round(statistics.median(first_posts), 2) if first_posts else None,
         "calls_per_answer": median_calls(single_calls, writes_only=True),
         "all_calls_per_answer": median_calls(single_calls, writes_only=False),
-        "burst_calls_per_answer": round(writes(calls) / max(1, answered_total), 2),
-        "burst_all_calls_per_answer": round(sum(calls.values()) / max(1, answered_total), 2),
+        "burst_calls_per_answer": round(writes(calls) / max(1, counted), 2),
+        "burst_all_calls_per_answer": round(sum(calls.values()) / max(1, counted), 2),
         "answered": answered_total,
         "sent": args.events * args.rounds,
         "rate_limited": sum(result["rate_limited"] for result in ours),
@@ -432,16 +469,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="bursts per app, alternating (3)")
     parser.add_argument("--singles", type=int, default=20, help="single events timed (20)")
     parser.add_argument("--bare-bolt", metavar="API_URL", help=argparse.SUPPRESS)
+    parser.add_argument("--send", nargs=2, metavar=("URL", "EVENTS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.bare_bolt:
         asyncio.run(bare_bolt(args.bare_bolt))
+        return
+    if args.send:
+        url, path = args.send
+        asyncio.run(send(url, json.loads(Path(path).read_text())))
         return
     print(f"python {platform.python_version()} ({platform.python_implementation()})")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
     print(
         f"burst: {args.events} signed app_mention events (new threads, {CHANNELS} channels, "
-        f"{USERS} people) over {CONNECTIONS} keep-alive connections, {args.rounds} rounds "
-        "alternating between the apps; the fake Slack and the sender in this process"
+        f"{USERS} people) over {CONNECTIONS} keep-alive connections from a sender process, "
+        f"{args.rounds} rounds alternating between the apps; the fake Slack in this process"
     )
     print(
         "Teammate: `teammate slack --http` in its own process, scripted model (zero latency), "
