@@ -153,3 +153,23 @@ async def test_run_serves_until_stopped_then_shuts_down(
         await store.close()
     assert "served" in texts(fake_slack.bot_replies("C1", event["ts"]))
     assert bot.pending_events == 0
+
+
+async def test_an_event_arriving_while_shutting_down_is_not_acknowledged(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    from slack_bolt.request.async_request import AsyncBoltRequest
+
+    model = ScriptedModel([Reply(text="before")])
+    async with running(fake_slack, tmp_path, model, mode="socket") as app:
+        await app.event(message_event(fake_slack, "hello"))
+        await app.settle()
+        await app.bot.shutdown(grace_s=5.0)
+        late = fake_slack.event_callback(message_event(fake_slack, "too late"))
+        response = await app.bot.bolt.async_dispatch(
+            AsyncBoltRequest(body=late, mode="socket_mode")
+        )
+        await app.settle()
+    # Not acknowledged: Slack delivers it again later, to the next process.
+    assert response.status == 503
+    assert len(model.requests) == 1
