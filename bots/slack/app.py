@@ -21,6 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal
 
+import aiohttp
+
 from bots.runner import ConversationRunner
 from bots.settings import Settings, SettingsError
 from bots.slack.events import SlackMessage
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 SLACK_API_URL = "https://slack.com/api/"
 EVENTS_PATH = "/slack/events"
 MAX_PENDING_EVENTS = 10_000  # scheduled but not yet handed to the runner
+WEB_API_TIMEOUT_S = 30.0
 
 SLACK_RULES = """\
 You are talking in Slack, in a thread of a channel or in a direct message. Your reply is \
@@ -62,13 +65,20 @@ class SlackBot:
         self.settings = settings
         self._token = settings.require("slack_bot_token")
         self.api_url = _with_slash(settings.slack_api_url or SLACK_API_URL)
-        self.client: Any = client or AsyncWebClient(token=self._token, base_url=self.api_url)
+        # No SDK retries: after a transport error a post may have happened, so the surface
+        # decides what to retry (a 429 is retried there, after its Retry-After).
+        self.client: Any = client or AsyncWebClient(
+            token=self._token, base_url=self.api_url, retry_handlers=[]
+        )
         signing = settings.slack_signing_secret
         self.bolt: Any = AsyncApp(
             client=self.client,
             # Socket Mode needs none; HTTP mode checks it is set (`listen_http`).
             signing_secret=signing.get_secret_value() if signing is not None else "",
             process_before_response=True,
+            # bolt's say/set_status helpers are not used (the surface talks to Slack): not
+            # building them keeps every acknowledgement a little cheaper.
+            attaching_conversation_kwargs_enabled=False,
             logger=logging.getLogger("slack_bolt"),
         )
         self.bolt.middleware(self._refuse_while_closing)
@@ -92,6 +102,12 @@ class SlackBot:
         `SlackStartError` if the token is refused. The caller then runs `runner.recover()`
         once every platform has started, and connects (`connect_socket_mode` or
         `listen_http`)."""
+        if getattr(self.client, "session", None) is None:
+            # One connection pool for every Web API call (the SDK would otherwise open, and
+            # for Slack handshake TLS, a new connection per call).
+            self.client.session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=WEB_API_TIMEOUT_S)
+            )
         try:
             response = await self.client.auth_test()
         except Exception as exc:

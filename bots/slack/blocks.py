@@ -5,7 +5,7 @@ in-progress message, the final answer's parts (standard Markdown in `markdown` b
 with `bots.markdown_split`), one legacy attachment per tool call, and the small context lines
 (outcome, usage). No IO; `bots.slack.surface` decides what to send when.
 
-Slack's limits that shape this (docs/architecture.md, Slack): a message's `text` truncates at
+Slack's limits that shape this: a message's `text` truncates at
 40,000 characters; `markdown` blocks hold about 12,000 characters per message in total; 50
 blocks per message; a legacy attachment's `text` folds behind "Show more" past 700 characters
 or 5 lines, which makes it the native collapsible for tool output; `context_actions` holds at
@@ -15,6 +15,7 @@ most 5 elements and wants a fresh `block_id` on every update.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -133,7 +134,7 @@ def usage_line(usage: Usage) -> str:
     )
 
 
-def outcome_line(outcome: RunOutcome, error_text: str | None, reference: str | None) -> str | None:
+def outcome_line(outcome: str, error_text: str | None, reference: str | None) -> str | None:
     """What the final message says about how the run ended (None: it simply answered)."""
     text = (error_text or "").strip()
     if reference and reference not in text:
@@ -249,11 +250,37 @@ class MessageBody:
         return args
 
 
+# Anchored on the newline (the text gets one in front): far faster than `^` with MULTILINE.
+_FENCE_LINE = re.compile(r"\n {0,3}(`{3,}|~{3,})([^\n]*)")
+
+
+def _open_fence_line(text: str) -> str | None:
+    """The opening line of the code fence still open at the end of `text`, if any. Only
+    fence-like lines are visited (found by one regex scan), so a long text costs little."""
+    opener: str | None = None
+    marker = ""
+    for match in _FENCE_LINE.finditer("\n" + text):
+        fence, info = match.group(1), match.group(2)
+        if opener is None:
+            if fence[0] == "`" and "`" in info:
+                continue  # backticks in the info string: not a fence
+            opener, marker = match.group(0)[1:], fence
+        elif fence[0] == marker[0] and len(fence) >= len(marker) and not info.strip():
+            opener = None
+    return opener
+
+
 def progress_tail(text: str) -> str:
-    """The end of a long answer in progress, fences balanced, within one message."""
+    """The end of a long answer in progress, fences balanced, within one message. Cheap on
+    a long text (it is rendered about once a second while the answer streams)."""
     if len(text) <= MARKDOWN_LIMIT:
         return text
-    parts = split_markdown(text, MARKDOWN_LIMIT)
+    start = len(text) - (MARKDOWN_LIMIT - 500)  # room for a reopened fence line
+    newline = text.find("\n", start)
+    cut = newline + 1 if newline != -1 else start
+    opener = _open_fence_line(text[:cut])
+    tail = (opener + "\n" if opener is not None else "") + text[cut:]
+    parts = split_markdown(tail, MARKDOWN_LIMIT)
     return parts[-1] if parts else ""
 
 

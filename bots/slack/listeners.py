@@ -12,7 +12,10 @@ event id are claimed in the store's one accepting transaction (`Incoming.also_cl
 retry of an event, a restart, and a mention arriving as both `app_mention` and `message` are
 answered once, and a delivery is never claimed without its message being stored. Only what
 stores no message (a stop, a refusal note) is claimed on its own, so that a late retry cannot
-stop a newer run or repeat a note.
+stop a newer run or repeat a note. What remains is the window between the acknowledgement and
+that transaction (the name, the files, the thread's backfill): a process killed inside it
+loses that event, since Slack does not redeliver what was acknowledged; a graceful shutdown
+drains it (`SlackBot.shutdown`).
 
 Must not: render answers (the surface does), write SQL, or block the acknowledgement.
 """
@@ -116,6 +119,7 @@ class SlackListeners:
         self._surfaces = surfaces
         self._spawn = spawn
         self._known: OrderedDict[str, None] = OrderedDict()  # conversations the store has
+        self._inflight: dict[str, asyncio.Future[bool]] = {}  # delivery id → handed over?
 
     # -- registration ------------------------------------------------------------------------
 
@@ -201,7 +205,7 @@ class SlackListeners:
         )
 
     async def _handle_message(self, message: SlackMessage, *, assistant_thread: bool) -> None:
-        if message.is_dm and not assistant_thread and not self._settings.slack.dms_enabled:
+        if message.is_dm and not self._settings.slack.dms_enabled:  # assistant threads too
             await self._refuse(message, DMS_OFF_TEXT)
             return
         refusal = access_refusal(self._settings, message.to_incoming(message.user_id))
@@ -211,7 +215,24 @@ class SlackListeners:
         if message.stop_requested:
             await self._stop(message)
             return
+        # The same message through its other event (`app_mention` and `message`), or a retry,
+        # may be being handed to the runner now: wait for it instead of downloading and reading
+        # the thread twice. Only if it failed before the runner answered do we try again.
+        earlier = self._inflight.get(message.delivery_id)
+        if earlier is not None and await asyncio.shield(earlier):
+            return
+        handed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._inflight[message.delivery_id] = handed
+        try:
+            await self._submit(message, assistant_thread=assistant_thread)
+            handed.set_result(True)
+        finally:
+            if not handed.done():
+                handed.set_result(False)
+            if self._inflight.get(message.delivery_id) is handed:
+                del self._inflight[message.delivery_id]
 
+    async def _submit(self, message: SlackMessage, *, assistant_thread: bool) -> None:
         known = await self._is_known(message.conversation_key)
         backfill_wanted = message.in_thread and not known and not assistant_thread
         name, fetched, backfill, text = await asyncio.gather(
@@ -268,8 +289,14 @@ class SlackListeners:
             log.warning("a Stop button with an unreadable value was clicked")
             return
         # The button sits in the answer's thread: that thread is the conversation, so a
-        # button can only ever stop a run of the thread it was clicked in.
-        key = f"slack:{click.team_id}:{click.channel_id}:{click.thread_ts}"
+        # button can only ever stop a run of the thread it was clicked in. Its team is the
+        # installation's (the key's), or the clicker's in a channel shared between workspaces.
+        keys = [
+            f"slack:{team}:{click.channel_id}:{click.thread_ts}"
+            for team in dict.fromkeys((self._identity.team_id, click.team_id))
+            if team
+        ]
+        key = next((k for k in keys if self._runner.current_run(k) == run_id), keys[0])
         name = await self._names.name(click.user_id)
         refusal = access_refusal(self._settings, _clicker(click, key, name))
         if refusal is not None:

@@ -4,7 +4,7 @@ Owns: `SlackSurface` (the Surface of bots/surface.py for Slack), `SlackSurfaces`
 earlier runs' refs, for recovery), `SlackFeatures` (what this workspace supports, learnt once
 and shared by every surface of an app) and `SurfaceOptions`.
 
-How an answer looks (docs/architecture.md, "Slack"):
+How an answer looks:
 - 👀 on the person's message at once; at the end ✅ (answered), ⏹️ (`black_square_for_stop`:
   stopped) or ❌ (`x`: failed or interrupted by a restart).
 - The assistant status line ("thinking…", "running grep…") where the workspace has it;
@@ -33,7 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 import aiohttp
@@ -67,13 +67,15 @@ STOPPED_REACTION = "black_square_for_stop"
 FAILED_REACTION = "x"
 THINKING_STATUS = "thinking…"
 
+SPLIT_IN_THREAD_CHARS = 50_000  # longer answers are split off the event loop
 STREAM_LIMIT = 11_000  # streamed characters; a longer answer is finished by chat.update
 MAX_RATE_LIMIT_RETRIES = 8
 MAX_RETRY_AFTER_S = 60.0
 METADATA_EVENT = "teammate_answer"
 LOOKUP_PAGES = 5  # conversations.replies pages searched for an ambiguous post
 
-# Errors meaning "this workspace/app/channel cannot stream natively": stop trying.
+# Errors meaning the app or workspace cannot stream natively: every surface stops trying. Any
+# other refusal (a channel type, a missing recipient) falls back for this surface only.
 _NO_STREAMING = frozenset(
     {
         "unknown_method",
@@ -82,11 +84,10 @@ _NO_STREAMING = frozenset(
         "missing_scope",
         "feature_not_enabled",
         "method_deprecated",
-        "invalid_arguments",
-        "not_in_channel",
-        "channel_type_not_supported",
     }
 )
+# Likewise for the assistant status line.
+_NO_STATUS_LINE = _NO_STREAMING | {"not_allowed_token_type", "invalid_arguments"}
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
@@ -114,7 +115,6 @@ class _Outbox:
 
     progress_ts: str | None = None  # the in-progress message (Stop button, tool calls)
     stream_ts: str | None = None  # the natively streamed answer
-    answer_ts: list[str] = field(default_factory=list)  # final answer parts posted
 
 
 class SlackSurface:
@@ -153,7 +153,6 @@ class SlackSurface:
         self._sleep = sleep
         self._out = _Outbox(progress_ts=progress_ts, stream_ts=stream_ts)
         self._run_id: int | None = None
-        self._started_at = time.monotonic()
         # The answer so far: completed assistant texts, and the reply being written (the
         # loop's working copy, read only when rendering, so a delta costs nothing).
         self._texts: list[str] = []
@@ -163,12 +162,14 @@ class SlackSurface:
         self._streamed = ""  # what the native stream shows
         self._stream_broken = False
         self._last_progress: tuple[Any, ...] | None = None
+        self._quiet_until = 0.0  # no progress writes before this (monotonic), after a 429
         self._activity_due = False
         self._activity_timer: asyncio.TimerHandle | None = None
         self._shown_notices: set[str] = set()
         self._status_wanted = ""
         self._status_sent = ""
         self._status_used = False
+        self._status_off = False  # Slack refused it in this thread
         self._finishing = False
         self._finished = False
         self._closed = False
@@ -181,7 +182,6 @@ class SlackSurface:
         client: AsyncWebClient,
         ref: dict[str, Any],
         *,
-        features: SlackFeatures | None = None,
         options: SurfaceOptions | None = None,
     ) -> SlackSurface | None:
         """A surface where an earlier run was shown (`ref` as this class wrote it), or None
@@ -294,12 +294,11 @@ class SlackSurface:
 
     async def _start(self, event: RunStarted) -> None:
         self._run_id = event.run_id
-        self._started_at = time.monotonic()
         if event.author is not None and self._user_id is None:
             self._user_id = _user_id(event.author)
         if self._options.reactions and self._message_ts is not None:
             await self._react(WORKING_REACTION, add=True)
-        self._want_status(THINKING_STATUS)
+        # No status yet: thinking or a tool call sets it, so a plain quick answer costs none.
         loop = asyncio.get_running_loop()
         self._activity_timer = loop.call_later(self._options.activity_delay_s, self._activity)
 
@@ -323,8 +322,9 @@ class SlackSurface:
         return "\n\n".join(text.strip("\n") for text in texts)
 
     async def _flush(self) -> None:
-        """Throttled: bring Slack up to date with the answer so far."""
-        if self._finishing or self._run_id is None:
+        """Throttled: bring Slack up to date with the answer so far. After a 429 nothing is
+        sent until its Retry-After has passed; then the state of that moment is shown."""
+        if self._finishing or self._run_id is None or time.monotonic() < self._quiet_until:
             return
         text = self._text()
         if self._native and text:
@@ -341,12 +341,19 @@ class SlackSurface:
         if key == self._last_progress:
             return
         if self._out.progress_ts is None:
-            ts = await self._post(body, part="progress")
-            if ts is not None:
-                self._out.progress_ts = ts
-        else:
-            await self._update(self._out.progress_ts, body)
+            ts = await self._post(body, part="progress", progress=True)
+            if ts is None:
+                return
+            self._out.progress_ts = ts
+        elif not await self._update(self._out.progress_ts, body, progress=True):
+            return
         self._last_progress = key
+
+    def _back_off(self, error: SlackApiError) -> None:
+        """A progress write got a 429: skip updates until Retry-After, then show the latest."""
+        delay = _retry_after(error)
+        self._quiet_until = time.monotonic() + delay
+        asyncio.get_running_loop().call_later(delay, self._throttle.request)
 
     def _progress_status(self, tools: list[blocks.ToolView]) -> str:
         running = [view for view in tools if view.ok is None]
@@ -368,8 +375,13 @@ class SlackSurface:
                 arguments["recipient_user_id"] = self._user_id
                 arguments["recipient_team_id"] = self._team_id
             try:
-                response = await self._call(self._client.chat_startStream, **arguments)
+                response = await self._call(
+                    self._client.chat_startStream, wait_on_429=False, **arguments
+                )
             except SlackApiError as error:
+                if _is_rate_limited(error):
+                    self._back_off(error)
+                    return
                 if _error_code(error) in _NO_STREAMING:
                     log.info(
                         "native streaming unavailable (%s); updating a message instead",
@@ -379,10 +391,12 @@ class SlackSurface:
                 self._native = False
                 return
             except _TRANSPORT_ERRORS:
-                # It may have started: never start another; the final answer replaces it
-                # if it did (chat.update is safe to repeat), else is posted.
+                # It may have started: never start another. If it did, the final answer
+                # replaces it (chat.update is safe to repeat); else the message is updated.
                 log.warning("starting a stream failed in transport; not retried")
                 self._native = False
+                self._out.stream_ts = await self._find_message(lambda m: m.get("text") == chunk)
+                self._stream_broken = True
                 return
             self._out.stream_ts = str(response["ts"])
             self._streamed = chunk
@@ -395,24 +409,37 @@ class SlackSurface:
         try:
             await self._call(
                 self._client.chat_appendStream,
+                wait_on_429=False,
                 channel=self._channel,
                 ts=self._out.stream_ts,
                 markdown_text=new,
             )
-        except (SlackApiError, *_TRANSPORT_ERRORS):
+        except SlackApiError as error:
+            if _is_rate_limited(error):
+                self._back_off(error)  # nothing was appended: the next append carries it
+                return
+            log.warning("appending to the stream failed; the final answer will replace it")
+            self._stream_broken = True
+            return
+        except _TRANSPORT_ERRORS:
             log.warning("appending to the stream failed; the final answer will replace it")
             self._stream_broken = True
             return
         self._streamed += new
 
     def _want_status(self, status: str) -> None:
-        if self._features.status_line and not self._finishing and self._run_id is not None:
+        if (
+            self._features.status_line
+            and not self._status_off
+            and not self._finishing
+            and self._run_id is not None
+        ):
             self._status_wanted = status
             self._status_throttle.request()
 
     async def _flush_status(self) -> None:
         wanted = self._status_wanted
-        if wanted == self._status_sent or not self._features.status_line:
+        if wanted == self._status_sent or self._status_off or not self._features.status_line:
             return
         self._status_used = True
         try:
@@ -425,7 +452,11 @@ class SlackSurface:
             )
         except SlackApiError as error:
             log.info("no assistant status line here (%s)", _error_code(error))
-            self._features.status_line = False
+            self._status_off = True
+            if _error_code(error) in _NO_STATUS_LINE:
+                self._features.status_line = False
+            return
+        except _TRANSPORT_ERRORS:
             return
         self._status_sent = wanted
 
@@ -529,9 +560,15 @@ class SlackSurface:
     async def _show_final(self, body: str, extras: list[dict[str, Any]]) -> None:
         tools = list(self._tools.values())
         attachments = blocks.tool_attachments(tools) if tools else None
-        parts = blocks.answer_parts(body)
+        if len(body) > SPLIT_IN_THREAD_CHARS:  # splitting a long answer takes a while
+            parts = await asyncio.to_thread(blocks.answer_parts, body)
+        else:
+            parts = blocks.answer_parts(body)
         stream_ts = self._out.stream_ts
         progress_ts = self._out.progress_ts
+        if self._recovered and progress_ts is None:
+            # The process may have died between posting and recording it: look for it.
+            progress_ts = self._out.progress_ts = await self._find_posted("progress")
 
         if stream_ts is not None and not self._recovered:
             if await self._stop_stream(stream_ts, body, extras):
@@ -555,11 +592,18 @@ class SlackSurface:
                 extras=extras if last else [],
                 attachments=first_attachments if index == 0 else None,
             )
-            if index == 0 and target is not None and await self._update(target, message):
-                continue
-            ts = await self._post_once(message, part=f"answer:{index}")
-            if ts is not None:
-                self._out.answer_ts.append(ts)
+            if index == 0 and target is not None:
+                if await self._update(target, message):
+                    continue
+                if target == stream_ts:  # a half-streamed answer must not stay beside it
+                    with contextlib.suppress(SlackApiError, *_TRANSPORT_ERRORS):
+                        await self._call(
+                            self._client.chat_delete,
+                            idempotent=True,
+                            channel=self._channel,
+                            ts=target,
+                        )
+            await self._post_once(message, part=f"answer:{index}")
         if stream_ts is not None and progress_ts is not None:
             await self._finish_progress(progress_ts, attachments)
 
@@ -585,16 +629,26 @@ class SlackSurface:
         return True
 
     async def _finish_progress(self, ts: str, attachments: list[dict[str, Any]] | None) -> None:
-        """The in-progress message beside a streamed answer: the Stop button goes."""
+        """The in-progress message beside a streamed answer: the Stop button goes, the tool
+        calls stay; with no tool calls it has nothing left to say and is deleted."""
         count = len(self._tools)
-        summary = f"Used {count} tool{'s' if count != 1 else ''}." if count else "Done."
         if self._recovered:
             summary = "Interrupted."
+        elif count:
+            summary = f"Used {count} tool{'s' if count != 1 else ''}."
+        else:
+            with contextlib.suppress(SlackApiError, *_TRANSPORT_ERRORS):
+                await self._call(
+                    self._client.chat_delete, idempotent=True, channel=self._channel, ts=ts
+                )
+                self._out.progress_ts = None
+                return
+            summary = "Done."
         body = blocks.MessageBody(summary, [blocks.context_block(summary)], attachments)
         await self._update(ts, body)
 
     async def _clear_status(self) -> None:
-        if not self._status_used or not self._features.status_line:
+        if not self._status_used or self._status_off:
             return
         with contextlib.suppress(SlackApiError, *_TRANSPORT_ERRORS):
             await self._call(
@@ -608,17 +662,27 @@ class SlackSurface:
     # -- Slack calls -----------------------------------------------------------------------------
 
     async def _call(
-        self, method: Callable[..., Awaitable[Any]], *, idempotent: bool = False, **arguments: Any
+        self,
+        method: Callable[..., Awaitable[Any]],
+        *,
+        idempotent: bool = False,
+        wait_on_429: bool = True,
+        **arguments: Any,
     ) -> Any:
-        """One Web API call: retried after Retry-After on a 429 (bounded); after a transport
-        error retried once only when repeating it cannot show anything twice."""
+        """One Web API call: retried after Retry-After on a 429 (bounded; `wait_on_429`
+        False raises it for the caller to skip); after a transport error retried once only
+        when repeating it cannot show anything twice."""
         rate_limited = 0
         transport_failures = 0
         while True:
             try:
                 return await method(**arguments)
             except SlackApiError as error:
-                if _is_rate_limited(error) and rate_limited < MAX_RATE_LIMIT_RETRIES:
+                if (
+                    wait_on_429
+                    and _is_rate_limited(error)
+                    and rate_limited < MAX_RATE_LIMIT_RETRIES
+                ):
                     rate_limited += 1
                     await self._sleep(_retry_after(error))
                     continue
@@ -635,12 +699,15 @@ class SlackSurface:
             "event_payload": {"run_id": self._run_id or 0, "part": part},
         }
 
-    async def _post(self, body: blocks.MessageBody, *, part: str) -> str | None:
-        """Post a message in the thread; None if Slack refused it. A transport error is
-        raised (the message may exist), never retried."""
+    async def _post(
+        self, body: blocks.MessageBody, *, part: str, progress: bool = False
+    ) -> str | None:
+        """Post a message in the thread; None if Slack refused it. After a transport error
+        it is looked for in the thread, never posted again."""
         try:
             response = await self._call(
                 self._client.chat_postMessage,
+                wait_on_429=not progress,
                 channel=self._channel,
                 thread_ts=self._thread_ts,
                 metadata=self._metadata(part),
@@ -649,6 +716,9 @@ class SlackSurface:
                 **body.arguments(),
             )
         except SlackApiError as error:
+            if progress and _is_rate_limited(error):
+                self._back_off(error)
+                return None
             log.warning("posting in %s failed (%s)", self._channel, _error_code(error))
             return None
         except _TRANSPORT_ERRORS:
@@ -711,25 +781,46 @@ class SlackSurface:
         except (SlackApiError, *_TRANSPORT_ERRORS):
             return None
 
-    async def _update(self, ts: str, body: blocks.MessageBody) -> bool:
+    async def _update(self, ts: str, body: blocks.MessageBody, *, progress: bool = False) -> bool:
         """Replace a message (idempotent, so safe to repeat). False if it failed."""
         try:
             await self._call(
                 self._client.chat_update,
                 idempotent=True,
+                wait_on_429=not progress,
                 channel=self._channel,
                 ts=ts,
                 **body.arguments(),
             )
-        except (SlackApiError, *_TRANSPORT_ERRORS) as error:
-            code = _error_code(error) if isinstance(error, SlackApiError) else "transport"
-            log.warning("updating a message in %s failed (%s)", self._channel, code)
+        except SlackApiError as error:
+            if progress and _is_rate_limited(error):
+                self._back_off(error)
+                return False
+            log.warning("updating a message in %s failed (%s)", self._channel, _error_code(error))
+            return False
+        except _TRANSPORT_ERRORS:
+            log.warning("updating a message in %s failed in transport", self._channel)
             return False
         return True
 
     async def _find_posted(self, part: str) -> str | None:
         """The ts of this run's message `part` if it is in the thread."""
+
+        def ours(message: dict[str, Any]) -> bool:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            return (
+                metadata.get("event_type") == METADATA_EVENT
+                and payload.get("run_id") == (self._run_id or 0)
+                and payload.get("part") == part
+            )
+
+        return await self._find_message(ours)
+
+    async def _find_message(self, matches: Callable[[dict[str, Any]], bool]) -> str | None:
+        """The ts of the newest bot message in the thread that `matches` (bounded search)."""
         cursor: str | None = None
+        found: str | None = None
         for _ in range(LOOKUP_PAGES):
             try:
                 page = await self._call(
@@ -742,20 +833,14 @@ class SlackSurface:
                     include_all_metadata=True,
                 )
             except (SlackApiError, *_TRANSPORT_ERRORS):
-                return None
-            for message in reversed(page.get("messages") or []):
-                metadata = message.get("metadata") or {}
-                payload = metadata.get("event_payload") or {}
-                if (
-                    metadata.get("event_type") == METADATA_EVENT
-                    and payload.get("run_id") == (self._run_id or 0)
-                    and payload.get("part") == part
-                ):
-                    return str(message["ts"])
+                return found
+            for message in page.get("messages") or []:
+                if isinstance(message, dict) and message.get("bot_id") and matches(message):
+                    found = str(message["ts"])
             cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
             if not cursor:
-                return None
-        return None
+                return found
+        return found
 
     async def _react(self, name: str, *, add: bool) -> None:
         method = self._client.reactions_add if add else self._client.reactions_remove
@@ -788,7 +873,7 @@ class SlackSurfaces:
 _NOTICE_MARK = {"info": "ℹ️", "warning": "⚠️", "error": "❌"}
 
 
-def _final_reaction(outcome: RunOutcome) -> str:
+def _final_reaction(outcome: str) -> str:
     if outcome == "done":
         return DONE_REACTION
     if outcome == "aborted":

@@ -57,6 +57,7 @@ MAX_BLOCKS = 50
 MAX_MARKDOWN_CHARS = 12_000  # all `markdown` blocks of one message together
 MAX_SECTION_TEXT = 3_000
 MAX_TEXT_CHARS = 40_000
+MAX_ATTACHMENTS = 100
 LOGIN_PAGE = (
     "<!DOCTYPE html><html><head><title>Slack</title></head>"
     "<body><h1>Sign in to Slack</h1></body></html>"
@@ -71,6 +72,7 @@ class Call:
     args: dict[str, Any]
     headers: dict[str, str]
     status: int = 200  # what the fake answered (429, 500 when a fault was injected)
+    at: float = field(default_factory=time.monotonic)  # when it arrived (for benchmarks)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.method, self.args, self.headers))
@@ -646,6 +648,8 @@ class FakeSlack:
         problem = block_problem(args.get("blocks"))
         if problem is not None:
             return _error("invalid_blocks", detail=problem)
+        if len(args.get("attachments") or []) > MAX_ATTACHMENTS:
+            return _error("too_many_attachments")
         thread_ts = args.get("thread_ts")
         if thread_ts and self.message(channel, str(thread_ts)) is None:
             # Slack accepts a reply to a thread it cannot find as a top-level message; the
@@ -665,6 +669,8 @@ class FakeSlack:
         problem = block_problem(args.get("blocks"))
         if problem is not None:
             return _error("invalid_blocks", detail=problem)
+        if len(args.get("attachments") or []) > MAX_ATTACHMENTS:
+            return _error("too_many_attachments")
         if "text" in args:
             message["text"] = str(args.get("text") or "")[:MAX_TEXT_CHARS]
         for name in ("blocks", "attachments", "metadata"):
@@ -732,9 +738,25 @@ class FakeSlack:
 
     def _replies(self, args: dict[str, Any]) -> dict[str, Any]:
         channel, ts = args.get("channel"), str(args.get("ts") or "")
-        thread = self.thread(channel, ts) if channel else []
+        asked = self.message(channel, ts) if channel else None
+        # A reply's ts reads its whole thread; the parent always comes first.
+        parent_ts = str(asked.get("thread_ts") or ts) if asked is not None else ts
+        thread = self.thread(channel, parent_ts) if channel else []
         if not thread:
             return _error("thread_not_found")
+        oldest, latest = args.get("oldest"), args.get("latest")
+        inclusive = str(args.get("inclusive") or "") in ("1", "true", "True")
+        if oldest or latest:
+            low = _ts_key(str(oldest)) if oldest else None
+            high = _ts_key(str(latest)) if latest else None
+
+            def within(message: dict[str, Any]) -> bool:
+                key = _ts_key(message["ts"])
+                if low is not None and (key < low or (key == low and not inclusive)):
+                    return False
+                return not (high is not None and (key > high or (key == high and not inclusive)))
+
+            thread = thread[:1] + [m for m in thread[1:] if within(m)]
         limit = int(args.get("limit") or self.replies_page_size)
         limit = max(1, min(limit, 1000))
         start = int(args.get("cursor") or 0)

@@ -249,3 +249,89 @@ async def test_a_bad_or_stale_signature_gets_401_and_nothing_runs(
     assert (wrong.status, stale.status, other.status) == (401, 401, 401)
     assert model.requests == []
     assert fake_slack.calls_to("chat.postMessage") == []
+
+
+async def test_bots_and_messages_for_someone_else_get_no_answer(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(text="first answer")])
+    async with running(fake_slack, tmp_path, model) as app:
+        mention = message_event(fake_slack, "hello")
+        await app.event(mention)
+        await app.settle()
+        # Another bot mentions Teammate in the thread: no answer, so no loop can start.
+        other_bot = message_event(fake_slack, "ping", thread_ts=mention["ts"])
+        await app.event(other_bot | {"bot_id": "BOTHER", "subtype": "bot_message"})
+        # Teammate's own reply, as Slack echoes it back.
+        own = message_event(
+            fake_slack, "echo", thread_ts=mention["ts"], mention=False, kind="message"
+        )
+        await app.event(own | {"user": fake_slack.bot_user_id, "bot_id": fake_slack.bot_id})
+        # A reply in the thread that only mentions someone else.
+        aside = message_event(
+            fake_slack,
+            f"<@{BOB}> can you look?",
+            thread_ts=mention["ts"],
+            mention=False,
+            kind="message",
+        )
+        await app.event(aside)
+        # An edit of the mention.
+        await app.event(
+            {
+                "type": "message",
+                "subtype": "message_changed",
+                "channel": "C1",
+                "ts": "1796000000.000900",
+                "message": {"user": ALICE, "text": f"<@{fake_slack.bot_user_id}> edited"},
+            }
+        )
+        await app.settle()
+    assert len(model.requests) == 1
+
+
+async def test_a_person_not_on_the_allow_list_is_told_and_not_answered(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(text="for Bob")])
+    async with running(fake_slack, tmp_path, model, allowed_users=[BOB]) as app:
+        refused = message_event(fake_slack, "hello", user=ALICE)
+        await app.event(refused)
+        allowed = message_event(fake_slack, "hello", user=BOB)
+        await app.event(allowed)
+        await app.settle()
+    assert len(model.requests) == 1
+    assert app.replies("C1", refused["ts"]) == []
+    assert [e["user"] for e in fake_slack.ephemerals] == [ALICE]
+
+
+async def test_socket_mode_reconnects_through_apps_connections_open(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(text="before"), Reply(text="after")])
+    async with running(fake_slack, tmp_path, model, mode="socket") as app:
+        first = message_event(fake_slack, "one")
+        await app.event(first)
+        await app.settle()
+        await fake_slack.disconnect()
+        await fake_slack.wait_for(lambda f: f.connections >= 2 and f.socket_connected, 30)
+        second = message_event(fake_slack, "two")
+        await app.event(second)
+        await app.settle()
+    assert len(fake_slack.calls_to("apps.connections.open")) >= 2
+    assert "after" in texts(app.replies("C1", second["ts"]))
+
+
+async def test_a_message_arriving_twice_at_once_is_prepared_once(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    parent = fake_slack.seed_message("C1", "the build is red", user=BOB)
+    model = ScriptedModel([Reply(text="one answer")])
+    fake_slack.delay("conversations.replies", 0.5)  # the first is still reading the thread
+    async with running(fake_slack, tmp_path, model) as app:
+        mention = message_event(fake_slack, "why?", thread_ts=parent["ts"])
+        await app.event(mention)
+        await app.event(mention | {"type": "message", "channel_type": "channel"})
+        await app.settle()
+    assert len(model.requests) == 1
+    assert len(fake_slack.calls_to("conversations.replies")) == 1

@@ -136,6 +136,14 @@ async def test_replies_paginate(fake_slack: FakeSlack, slack_client: AsyncWebCli
             break
     assert texts == ["start"] + [f"reply {n}" for n in range(5)]
     assert pages == 3
+    replies = fake_slack.thread("C1", parent["ts"])
+    # A reply's ts reads the whole thread; oldest/inclusive narrow the replies.
+    page = await slack_client.conversations_replies(channel="C1", ts=replies[3]["ts"])
+    assert [m["text"] for m in page["messages"]] == texts
+    page = await slack_client.conversations_replies(
+        channel="C1", ts=parent["ts"], oldest=replies[3]["ts"], inclusive=True
+    )
+    assert [m["text"] for m in page["messages"]] == ["start", "reply 2", "reply 3", "reply 4"]
     with pytest.raises(SlackApiError):
         await slack_client.conversations_replies(channel="C1", ts="9.9")
 

@@ -97,14 +97,18 @@ async def test_a_429_on_the_update_still_delivers_the_answer_exactly_once(
     await surface.emit(reply.text("Working on it"))
     await fake_slack.wait_for(lambda f: len(f.bot_replies(CHANNEL, question["ts"])) == 1)
     fake_slack.fail_next("chat.update", 429, retry_after=7, times=2)
-    await surface.emit(reply.text(" — done."))
+    await surface.emit(reply.text(" — almost"))
+    # The streaming update is refused: no retry of a stale update, quiet until Retry-After.
+    await fake_slack.wait_for(lambda f: len(f.calls_to("chat.update")) == 1)
+    await surface.emit(reply.text(" done."))
     await surface.emit(reply.end())
-    await surface.emit(finished("Working on it — done."))
+    await surface.emit(finished("Working on it — almost done."))
     await surface.close()
 
     replies = fake_slack.bot_replies(CHANNEL, question["ts"])
-    assert [markdown_of(m) for m in replies] == ["Working on it — done."]
-    assert sleeps == [7.0, 7.0]  # Retry-After honoured each time
+    assert [markdown_of(m) for m in replies] == ["Working on it — almost done."]
+    assert sleeps == [7.0]  # the final update waited out Retry-After once, then landed
+    assert [c.status for c in fake_slack.calls_to("chat.update")] == [429, 429, 200]
     assert len(fake_slack.calls_to("chat.postMessage")) == 1
 
 
@@ -119,7 +123,7 @@ async def test_a_429_on_append_stream_still_delivers_the_answer_exactly_once(
     await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
     fake_slack.fail_next("chat.appendStream", 429, retry_after=3)
     await surface.emit(reply.text("second half."))
-    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.appendStream", ok_only=True)))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.appendStream")))
     fake_slack.fail_next("chat.stopStream", 429, retry_after=2)
     await surface.emit(reply.end())
     await surface.emit(finished("First half, second half."))
@@ -127,7 +131,8 @@ async def test_a_429_on_append_stream_still_delivers_the_answer_exactly_once(
 
     replies = fake_slack.bot_replies(CHANNEL, question["ts"])
     assert [m["text"] for m in replies] == ["First half, second half."]
-    assert sleeps == [3.0, 2.0]
+    assert sleeps == [2.0]  # the refused append was skipped; the stop carried its text
+    assert [c.status for c in fake_slack.calls_to("chat.stopStream")] == [429, 200]
 
 
 async def test_a_failed_update_falls_back_to_posting_the_answer(
