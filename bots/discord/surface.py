@@ -87,6 +87,10 @@ class Posted:
     async def edit(self, **fields: Any) -> bool:
         raise NotImplementedError
 
+    async def current_content(self) -> str | None:
+        """What the message shows now, as Discord says (None: can't tell)."""
+        return None
+
 
 class _BotMessage(Posted):
     def __init__(self, message: discord.Message | discord.PartialMessage, content: str) -> None:
@@ -96,6 +100,12 @@ class _BotMessage(Posted):
     async def edit(self, **fields: Any) -> bool:
         await self._message.edit(**fields)
         return True
+
+    async def current_content(self) -> str | None:
+        try:
+            return (await self._message.fetch()).content
+        except discord.HTTPException:
+            return None
 
 
 class _InteractionResponse(Posted):
@@ -167,6 +177,9 @@ class DiscordSurface:
                 self._head = _InteractionResponse(interaction, head_id, "", self._token_alive)
             else:
                 self._head = _BotMessage(_partial(channel, head_id), "")
+            # Shown before (a restart's report): its Stop button, if any, must go at the end.
+            self._head.has_view = True
+        self._head_is_status = False  # the head shows WORKING_TEXT, set by this surface
         self._head_in_text = False  # the head shows the first block's first part
         self._blocks: list[_Block] = []
         self._tools: dict[str, tuple[Posted, ToolExecutionStart]] = {}
@@ -255,6 +268,7 @@ class DiscordSurface:
             head.content = WORKING_TEXT
             head.has_view = view is not None
             self._head = head
+            self._head_is_status = True
 
     # -- text --------------------------------------------------------------------------------
 
@@ -406,12 +420,19 @@ class DiscordSurface:
         async with self._lock:
             await self._attach_overflow()
             last = self._last_text_message()
-            if self._head is not None and self._head.has_view and self._head is not last:
-                # The head has no text of its own: it becomes a one-line summary.
-                summary = _summary(event, self._tool_count)
-                if not await self._head.edit(content=summary, view=None):
-                    await self._send(summary)
-                self._head.has_view = False
+            head = self._head
+            if head is not None and head.has_view and not self._head_is_status:
+                # A head shown before a restart: if it still says "working", it is a status.
+                self._head_is_status = await head.current_content() == WORKING_TEXT
+            if head is not None and head is not last and (head.has_view or self._head_is_status):
+                if self._head_is_status and not self._head_in_text:
+                    # The head has no text of its own: it becomes a one-line summary.
+                    summary = _summary(event, self._tool_count)
+                    if not await head.edit(content=summary, view=None):
+                        await self._send(summary)
+                else:  # what it shows (after a restart: unknown to us) stays
+                    await head.edit(view=None)
+                head.has_view = False
             if last is not None:
                 view = feedback_view(event.run_id) if event.outcome == "done" else None
                 if view is not None or last.has_view:
@@ -531,14 +552,11 @@ def _json(arguments: dict[str, Any]) -> str:
 
 
 def _summary(event: RunFinished, tools: int) -> str:
-    used = f"Used {tools} tool{'s' if tools != 1 else ''}" if tools else "Done"
+    used = f"used {tools} tool{'s' if tools != 1 else ''}" if tools else ""
     if event.outcome == "done":
-        return f"✅ {used}"
-    if event.outcome == "aborted":
-        return f"⏹️ Stopped · {used.lower() if tools else 'nothing shown'}"
-    if event.outcome == "interrupted":
-        return f"⚠️ Interrupted · {used.lower()}"
-    return f"❌ {used}, then failed"
+        return f"✅ {used.capitalize()}" if used else "✅ Done"
+    head = {"aborted": "⏹️ Stopped", "interrupted": "⚠️ Interrupted"}.get(event.outcome, "❌ Failed")
+    return f"{head} · {used}" if used else head
 
 
 def _error_line(event: RunFinished) -> str:
