@@ -98,7 +98,10 @@ class _BotMessage(Posted):
         self._message = message
 
     async def edit(self, **fields: Any) -> bool:
-        await self._message.edit(**fields)
+        try:
+            await self._message.edit(**fields)
+        except (discord.NotFound, discord.Forbidden):
+            return False  # deleted, or not ours to edit: the caller shows it anew
         return True
 
     async def current_content(self) -> str | None:
@@ -161,6 +164,7 @@ class DiscordSurface:
         conversation_channel_id: str | None = None,
         interaction: discord.Interaction[Any] | None = None,
         head_id: int | None = None,
+        head_channel: discord.abc.Messageable | None = None,
         clock: Callable[[], float] = time.monotonic,
         edit_interval_s: float = EDIT_INTERVAL_S,
         token_life_s: float = TOKEN_LIFE_S,
@@ -172,13 +176,16 @@ class DiscordSurface:
         self._clock = clock
         self._token_deadline = clock() + token_life_s
         self._head: Posted | None = None
+        # An /ask's head is in the channel, the conversation in the thread started from it.
+        self._head_channel_id = _channel_id(head_channel) if head_channel is not None else None
         if head_id is not None:
             if interaction is not None:
                 self._head = _InteractionResponse(interaction, head_id, "", self._token_alive)
             else:
-                self._head = _BotMessage(_partial(channel, head_id), "")
+                self._head = _BotMessage(_partial(head_channel or channel, head_id), "")
             # Shown before (a restart's report): its Stop button, if any, must go at the end.
             self._head.has_view = True
+        self._first_head = self._head
         self._head_is_status = False  # the head shows WORKING_TEXT, set by this surface
         self._head_in_text = False  # the head shows the first block's first part
         self._blocks: list[_Block] = []
@@ -198,6 +205,8 @@ class DiscordSurface:
         ref: dict[str, Any] = {"platform": PLATFORM, "channel_id": str(self._channel_id)}
         if self._head is not None:
             ref["head_id"] = str(self._head.id)
+            if self._head_channel_id is not None and self._head is self._first_head:
+                ref["head_channel_id"] = str(self._head_channel_id)
         return ref
 
     async def emit(self, event: SurfaceEvent) -> None:
@@ -515,11 +524,15 @@ class DiscordSurfaces:
         if channel_id is None:
             return None
         head_id = _int(ref.get("head_id"))
+        head_channel_id = _int(ref.get("head_channel_id"))
         return DiscordSurface(
             self._client.get_partial_messageable(channel_id),
             channel_id=channel_id,
             conversation_channel_id=conversation_key.rsplit(":", 1)[-1],
             head_id=head_id,
+            head_channel=self._client.get_partial_messageable(head_channel_id)
+            if head_channel_id is not None
+            else None,
         )
 
 
@@ -529,6 +542,11 @@ def _partial(channel: discord.abc.Messageable, message_id: int) -> discord.Parti
         raise TypeError("this channel cannot address a message by id")
     message: discord.PartialMessage = get(message_id)
     return message
+
+
+def _channel_id(channel: discord.abc.Messageable) -> int | None:
+    channel_id = getattr(channel, "id", None)
+    return channel_id if isinstance(channel_id, int) else None
 
 
 def _int(value: object) -> int | None:
