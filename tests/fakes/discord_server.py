@@ -68,6 +68,7 @@ class RecordedRequest:
     headers: dict[str, str]
     json: Any  # the JSON body, or a multipart's payload_json
     files: list[UploadedFile] = field(default_factory=list)
+    received_at: float = field(default_factory=time.perf_counter)
 
 
 @dataclass(slots=True)
