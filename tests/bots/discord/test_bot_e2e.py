@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import io
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -335,3 +336,57 @@ async def test_a_disallowed_guild_is_refused(teammate: Teammate) -> None:
     await teammate.mention("hello?")
     await teammate.shown(teammate.general, "not enabled in this server")
     assert teammate.model.requests == []
+
+
+def png() -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), (200, 30, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+async def test_a_dm_with_files_images_reach_the_model_other_files_the_workspace(
+    teammate: Teammate,
+) -> None:
+    teammate.model.add(Reply(text="A red square, and your notes."))
+    ada = user_payload(1_400_000_000_000_000_001, "ada", global_name="Ada")
+    dm = teammate.fake.dm_channel(ada)["id"]
+    image = teammate.fake.attachment("square.png", "image/png", png())
+    notes = teammate.fake.attachment("notes.txt", "text/plain; charset=utf-8", b"remember")
+    message = teammate.fake.message_payload(
+        dm, "what is this?", author=ada, attachments=[image, notes]
+    )
+    await teammate.fake.dispatch("MESSAGE_CREATE", message)
+    await teammate.shown(dm, "A red square")
+    await teammate.runner.wait(f"discord:dm:{dm}")
+    asked = teammate.model.requests[0].messages[-1]
+    assert isinstance(asked.content, list)
+    kinds = [part.type for part in asked.content]
+    assert kinds == ["text", "image"]
+    assert "notes.txt" in asked.content[0].text and "what is this?" in asked.content[0].text
+    saved = list((teammate.settings.workspaces_dir).rglob("notes*.txt"))
+    assert [path.read_bytes() for path in saved] == [b"remember"]
+    assert not teammate.fake.requests_to("POST", r"/channels/\d+/messages/\d+/threads")
+
+
+async def test_without_the_message_content_intent_a_thread_needs_a_mention(
+    teammate: Teammate,
+) -> None:
+    teammate.model.add(Reply(text="first"), Reply(text="second"))
+    await teammate.stop_bot()
+    teammate.settings.discord.message_content = False
+    await teammate.start_bot()
+    assert not teammate.fake.identifies[-1]["intents"] & (1 << 15)
+    asked = await teammate.mention("start")
+    thread = asked["id"]
+    await teammate.shown(thread, "first")
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{thread}"
+    await teammate.runner.wait(key)
+    # What Discord sends a bot without the intent: no content unless it is mentioned.
+    await teammate.fake.dispatch("MESSAGE_CREATE", teammate.fake.message_payload(thread, ""))
+    mentioned = teammate.fake.message_payload(thread, "again", mention_bot=True)
+    await teammate.fake.dispatch("MESSAGE_CREATE", mentioned)
+    await teammate.shown(thread, "second")
+    await teammate.runner.wait(key)
+    assert len(teammate.model.requests) == 2
