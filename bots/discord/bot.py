@@ -90,6 +90,7 @@ class TeammateBot(commands.Bot):
         self._clock = clock
         self._threads: set[str] = set()  # conversation keys of threads Teammate is part of
         self._recent: OrderedDict[str, None] = OrderedDict()
+        self._not_ours: OrderedDict[str, None] = OrderedDict()  # keys the store doesn't know
         self._tasks: set[asyncio.Task[None]] = set()
         self.feedback: list[tuple[int, str, str]] = []  # (run, user, vote), for the log
         self._add_commands()
@@ -134,30 +135,46 @@ class TeammateBot(commands.Bot):
             thread_parent=lambda _channel_id: parent,
             known_thread=self._threads.__contains__,
         )
-        if isinstance(parsed, Ignored) and parsed.reason is IgnoreReason.NOT_ADDRESSED:
-            # Maybe a thread of ours from before a restart: ask the store once, then remember.
-            candidates = [conversation_key(_guild_id(message), str(message.channel.id))]
-            reference = message.reference
-            if reference is not None and reference.message_id is not None:
-                candidates.append(conversation_key(_guild_id(message), str(reference.message_id)))
-            found = False
-            for key in candidates:
-                if await self.runner.store.get_conversation(key) is not None:
-                    self._threads.add(key)
-                    found = True
-            if found:
-                parsed = parse_message(
-                    payload,
-                    bot_user_id=str(self.user.id),
-                    thread_parent=lambda _channel_id: parent,
-                    known_thread=self._threads.__contains__,
-                )
+        if (
+            isinstance(parsed, Ignored)
+            and parsed.reason is IgnoreReason.NOT_ADDRESSED
+            and await self._ours_after_all(message, parent)
+        ):
+            parsed = parse_message(
+                payload,
+                bot_user_id=str(self.user.id),
+                thread_parent=lambda _channel_id: parent,
+                known_thread=self._threads.__contains__,
+            )
         if isinstance(parsed, Ignored):
             log.debug("message %s ignored: %s", message.id, parsed.reason)
             return
         if not self._first_delivery(parsed.delivery_id):
             return
         self._spawn(self._answer_message(message, parsed))
+
+    async def _ours_after_all(self, message: discord.Message, parent: str | None) -> bool:
+        """Whether a message in a thread, or a reply, belongs to a conversation of ours that
+        this process has not seen yet (from before a restart). Asks the store once per key;
+        a plain channel message costs nothing."""
+        keys: list[str] = []
+        if parent is not None:
+            keys.append(conversation_key(_guild_id(message), str(message.channel.id)))
+        reference = message.reference
+        if reference is not None and reference.message_id is not None:
+            keys.append(conversation_key(_guild_id(message), str(reference.message_id)))
+        found = False
+        for key in keys:
+            if key in self._not_ours:
+                continue
+            if await self.runner.store.get_conversation(key) is not None:
+                self._threads.add(key)
+                found = True
+            else:
+                self._not_ours[key] = None
+                while len(self._not_ours) > RECENT_DELIVERIES:
+                    self._not_ours.popitem(last=False)
+        return found
 
     async def _answer_message(self, message: discord.Message, parsed: DiscordMessage) -> None:
         refusal = discord_refusal(
@@ -167,8 +184,8 @@ class TeammateBot(commands.Bot):
             channel_id=parsed.parent_channel_id,
         )
         if refusal is not None:
-            log.info("refused %s in %s", parsed.person.user_id, parsed.channel_key)
-            await message.reply(refusal, mention_author=False)
+            # Ignored without a word: only slash commands get a (private) note.
+            log.info("ignored %s in %s: %s", parsed.person.user_id, parsed.channel_key, refusal)
             return
         key = parsed.conversation_key
         if parsed.stop_requested:
@@ -182,6 +199,7 @@ class TeammateBot(commands.Bot):
         if await self._is_new_thread_conversation(parsed):
             backfill = await self._backfill(message)
         self._threads.add(key)
+        self._not_ours.pop(key, None)
         attachments = await self._download(message, parsed.files)
         incoming = parsed.to_incoming(
             attachments=attachments, backfill=backfill, title=_title(message.channel)
@@ -326,6 +344,7 @@ class TeammateBot(commands.Bot):
             conversation_channel, head_channel, thread_id = thread, channel, str(thread.id)
         key = conversation_key(context.guild_id, thread_id)
         self._threads.add(key)
+        self._not_ours.pop(key, None)
         incoming = Incoming(
             conversation_key=key,
             channel_key=context.channel_key,

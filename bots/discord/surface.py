@@ -128,7 +128,6 @@ class _InteractionResponse(Posted):
     async def edit(self, **fields: Any) -> bool:
         if not self._alive():
             return False
-        fields.pop("allowed_mentions", None)  # an original response keeps what it had
         try:
             await self._interaction.edit_original_response(**fields)
         except discord.HTTPException as exc:

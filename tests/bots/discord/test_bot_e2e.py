@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from bots.discord.access import PERSON_TEXT
+from bots.discord.access import GUILD_TEXT, PERSON_TEXT
 from bots.discord.bot import DISCORD_RULES, TeammateBot
 from bots.discord.events import stop_custom_id
 from bots.discord.surface import TOKEN_LIFE_S, WORKING_TEXT
@@ -314,13 +314,14 @@ async def test_a_gateway_reconnect_during_a_run_loses_nothing(teammate: Teammate
 async def test_a_person_without_an_allowed_role_is_refused(teammate: Teammate) -> None:
     teammate.model.add(Reply(text="for the team"))
     outsider = await teammate.mention("let me in")
-    await teammate.shown(teammate.general, PERSON_TEXT)
-    assert not teammate.fake.requests_to(
-        "POST", rf"/channels/\d+/messages/{outsider['id']}/threads"
-    )
     member = user_payload(1_400_000_000_000_000_005, "bea", global_name="Bea")
     welcome = await teammate.mention("me too", author=member, roles=[ROLE])
     await teammate.shown(welcome["id"], "for the team")
+    # The outsider's mention, handled first, was ignored without a word or a thread.
+    outsider_thread = rf"/channels/\d+/messages/{outsider['id']}/threads"
+    assert not teammate.fake.requests_to("POST", outsider_thread)
+    in_general = teammate.fake.channel_messages(teammate.general)
+    assert all(m["author"]["id"] != teammate.fake.bot_id for m in in_general)
     command = teammate.fake.slash_command("ask", {"prompt": "x"}, channel_id=teammate.general)
     await teammate.fake.dispatch("INTERACTION_CREATE", command)
     callback = rf"/interactions/{command['id']}/.+/callback"
@@ -333,8 +334,16 @@ async def test_a_person_without_an_allowed_role_is_refused(teammate: Teammate) -
 
 @pytest.mark.parametrize("discord_settings", [DiscordSettings(allowed_guilds=["1"])])
 async def test_a_disallowed_guild_is_refused(teammate: Teammate) -> None:
+    teammate.model.add(Reply(text="never"))
     await teammate.mention("hello?")
-    await teammate.shown(teammate.general, "not enabled in this server")
+    command = teammate.fake.slash_command("usage", channel_id=teammate.general)
+    await teammate.fake.dispatch("INTERACTION_CREATE", command)
+    callback = rf"/interactions/{command['id']}/.+/callback"
+    await teammate.fake.wait_for(lambda: bool(teammate.fake.requests_to("POST", callback)))
+    refused = teammate.fake.requests_to("POST", callback)[0].json["data"]
+    assert refused["content"] == GUILD_TEXT and refused["flags"] == 64
+    # The mention came first and was ignored: no thread, no answer, no model call.
+    assert not teammate.fake.requests_to("POST", r"/channels/\d+/messages/\d+/threads")
     assert teammate.model.requests == []
 
 
