@@ -399,3 +399,25 @@ async def test_without_the_message_content_intent_a_thread_needs_a_mention(
     await teammate.shown(thread, "second")
     await teammate.runner.wait(key)
     assert len(teammate.model.requests) == 2
+
+
+async def test_a_thread_of_ours_continues_after_a_restart(teammate: Teammate) -> None:
+    teammate.model.add(Reply(text="first answer"), Reply(text="second answer"))
+    asked = await teammate.mention("remember me")
+    thread = asked["id"]
+    await teammate.shown(thread, "first answer")
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{thread}"
+    await teammate.runner.wait(key)
+    await teammate.stop_bot()
+    await teammate.start_bot()  # knows no thread until the store says so
+    await teammate.fake.dispatch("MESSAGE_CREATE", teammate.fake.message_payload(thread, "again"))
+    await teammate.shown(thread, "second answer")
+    await teammate.runner.wait(key)
+    # A plain message in the channel is not a conversation: no answer, no thread.
+    await teammate.fake.dispatch(
+        "MESSAGE_CREATE", teammate.fake.message_payload(teammate.general, "lunch?")
+    )
+    teammate.model.add(Reply(text="third answer"))
+    await teammate.fake.dispatch("MESSAGE_CREATE", teammate.fake.message_payload(thread, "more"))
+    await teammate.shown(thread, "third answer")
+    assert len(teammate.model.requests) == 3
