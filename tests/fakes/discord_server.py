@@ -68,6 +68,7 @@ class RecordedRequest:
     headers: dict[str, str]
     json: Any  # the JSON body, or a multipart's payload_json
     files: list[UploadedFile] = field(default_factory=list)
+    received_at: float = field(default_factory=time.perf_counter)
 
 
 @dataclass(slots=True)
@@ -116,6 +117,7 @@ class FakeDiscord:
         self.connections = 0
         self.compressions: list[str | None] = []
         self.expired_tokens: set[str] = set()
+        self.files: dict[str, tuple[str, bytes]] = {}  # attachment id: (content type, data)
         self.url = ""
         self._ids = itertools.count(1)
         self._scripted: list[ScriptedReply] = []
@@ -144,6 +146,7 @@ class FakeDiscord:
     async def start(self) -> None:
         app = web.Application(client_max_size=32 * 1024 * 1024)
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/attachments/{attachment_id}/{filename}", self._download)
         app.router.add_route("*", API_PREFIX + "/{path:.*}", self._rest)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
@@ -451,6 +454,28 @@ class FakeDiscord:
                 await ws.send_bytes(data)
             else:
                 await ws.send_str(text)
+
+    async def _download(self, request: web.Request) -> web.Response:
+        found = self.files.get(request.match_info["attachment_id"])
+        if found is None:
+            return web.Response(status=404)
+        content_type, data = found
+        return web.Response(body=data, headers={"Content-Type": content_type})
+
+    def attachment(self, filename: str, content_type: str, data: bytes) -> dict[str, Any]:
+        """A file a person attached (for `message_payload(attachments=[...])`), downloadable
+        from the fake as from Discord's CDN."""
+        attachment_id = self.snowflake()
+        self.files[attachment_id] = (content_type, data)
+        url = f"{self.url}/attachments/{attachment_id}/{filename}"
+        return {
+            "id": attachment_id,
+            "filename": filename,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url,
+            "content_type": content_type,
+        }
 
     # -- REST --------------------------------------------------------------------------------
 
