@@ -77,6 +77,16 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in ("postgresql", "postgres")
 
 
+class _PooledConnection(asyncpg.Connection):  # type: ignore[misc]
+    """A pooled connection that skips asyncpg's reset query on release (a round trip per
+    call): the store never leaves session state behind (no SET, LISTEN, cursors or
+    session-level advisory locks on pooled connections; an open transaction is still rolled
+    back by asyncpg)."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 class PostgresStore:
     """Persisted conversations in a PostgreSQL database, shared by any number of instances.
 
@@ -128,7 +138,12 @@ class PostgresStore:
         migrations: Sequence[PgMigration],
     ) -> PostgresStore:
         where = redact_url(url)
-        pool = await asyncpg.create_pool(url, min_size=min_connections, max_size=max_connections)
+        pool = await asyncpg.create_pool(
+            url,
+            min_size=min_connections,
+            max_size=max_connections,
+            connection_class=_PooledConnection,
+        )
         try:
             async with pool.acquire() as connection:
                 await migrate(connection, where, migrations)
