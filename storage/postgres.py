@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -43,11 +43,14 @@ from storage.base import (
     Conversation,
     ConversationStore,
     InboxItem,
+    InstanceCoordination,
     LoadedConversation,
+    Notification,
     RunOutcome,
     RunRecord,
     StoredMessage,
 )
+from storage.postgres_instances import Instances
 from storage.postgres_migrations import MIGRATIONS, PgMigration, inspect, migrate
 
 log = logging.getLogger(__name__)
@@ -96,9 +99,12 @@ class PostgresStore:
     another). Methods given an unknown conversation or run id raise `KeyError`.
     """
 
-    def __init__(self, pool: asyncpg.Pool, url: str, clock: Clock, schema: str) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, url: str, clock: Clock, schema: str, lease_ttl_s: float
+    ) -> None:
         # Use `open()`: it creates the pool, checks the schema and migrates.
         self._pool = pool
+        self._instances = Instances(pool, url, schema, lease_ttl_s)
         self._url = url
         self._clock = clock
         self._schema = schema
@@ -118,6 +124,7 @@ class PostgresStore:
         clock: Clock = time.time,
         min_connections: int = 2,
         max_connections: int = 10,
+        lease_ttl_s: float = 30.0,
         migrations: Sequence[PgMigration] = MIGRATIONS,
     ) -> _Opening:
         """Connect to `url` (creating or upgrading the schema); await it or `async with` it.
@@ -126,7 +133,9 @@ class PostgresStore:
         Teammate (nothing is changed then), and asyncpg's or OS errors when the server cannot
         be reached.
         """
-        return _Opening(cls._open(url, clock, min_connections, max_connections, migrations))
+        return _Opening(
+            cls._open(url, clock, min_connections, max_connections, lease_ttl_s, migrations)
+        )
 
     @classmethod
     async def _open(
@@ -135,6 +144,7 @@ class PostgresStore:
         clock: Clock,
         min_connections: int,
         max_connections: int,
+        lease_ttl_s: float,
         migrations: Sequence[PgMigration],
     ) -> PostgresStore:
         where = redact_url(url)
@@ -151,7 +161,13 @@ class PostgresStore:
         except BaseException:
             await pool.close()
             raise
-        return cls(pool, url, clock, schema)
+        store = cls(pool, url, clock, schema, lease_ttl_s)
+        try:
+            await store._instances.start()
+        except BaseException:
+            await store.close()
+            raise
+        return store
 
     @property
     def url(self) -> str:
@@ -179,6 +195,7 @@ class PostgresStore:
         self._closed = True
         if self._inflight:
             await asyncio.wait(list(self._inflight))
+        await self._instances.close()
         await self._pool.close()
 
     async def __aenter__(self) -> PostgresStore:
@@ -422,12 +439,16 @@ class PostgresStore:
                 "WITH earlier AS (SELECT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = $1)"
                 " AS seen) "
                 "INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at) "
-                "VALUES ($1, $2, $3, $4::jsonb, $5) RETURNING id, (SELECT seen FROM earlier)",
+                "VALUES ($1, $2, $3, $4::jsonb, $5) RETURNING id, (SELECT seen FROM earlier), "
+                + self._instances.inbox_notify_sql("$6", "$1", "$7", "$8"),
                 conversation.id,
                 delivery_id,
                 body_json,
                 ref_json,
                 now,
+                self._instances.channel,
+                conversation_key,
+                self._instances.instance_id,
             )
             assert added is not None
             created = int(row[7]) == 0 and not added[1]
@@ -719,6 +740,42 @@ class PostgresStore:
 
         return await self._call(body)
 
+    # --- several instances (storage.base.InstanceCoordination) -----------------------------
+
+    @property
+    def shared(self) -> bool:
+        """Other instances may run this database's conversations."""
+        return True
+
+    @property
+    def instance_id(self) -> str:
+        return self._instances.instance_id
+
+    async def acquire_lease(self, conversation_id: int) -> bool:
+        """Hold (or renew) the conversation's lease; False while another live instance does."""
+        if self._closed:
+            raise RuntimeError(f"the store for {self.url} is closed")
+        return await asyncio.shield(self._instances.acquire(conversation_id))
+
+    async def release_lease(self, conversation_id: int) -> None:
+        if not self._closed:
+            await asyncio.shield(self._instances.release(conversation_id))
+
+    async def publish_stop(
+        self,
+        conversation_key: str,
+        run_id: int | None,
+        *,
+        by_id: str | None = None,
+        by_name: str | None = None,
+    ) -> None:
+        """Ask whichever instance runs the conversation to stop it."""
+        await self._instances.publish_stop(conversation_key, run_id, by_id, by_name)
+
+    def notifications(self) -> AsyncIterator[Notification]:
+        """Other instances' new inbox items and stop requests, and leases this one lost."""
+        return self._instances.notifications()
+
 
 async def _claim(connection: asyncpg.Connection, delivery_id: str, now: float) -> bool:
     # A concurrent claimer of the same id waits for this transaction, then sees the conflict.
@@ -774,6 +831,9 @@ def _settled(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], 
 if TYPE_CHECKING:
 
     def _implements_the_contract(store: PostgresStore) -> ConversationStore:
+        return store
+
+    def _coordinates_instances(store: PostgresStore) -> InstanceCoordination:
         return store
 
 

@@ -5,6 +5,7 @@ delivery and the same inbox item), its schema checks, and being chosen by
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
@@ -13,7 +14,7 @@ import pytest
 from bots.app import open_store
 from bots.settings import Settings
 from core.messages import Author, UserMessage
-from storage.base import SchemaError
+from storage.base import LeaseLost, NewInboxItem, Notification, SchemaError, StopRequest
 from storage.postgres import PostgresStore, redact_url
 from storage.postgres_migrations import MIGRATIONS
 from tests.bots.test_cli import cli_env, teammate
@@ -178,3 +179,72 @@ async def test_doctor_reports_the_backend_its_version_and_schema_never_the_passw
     assert failed.code == 1
     assert "fail  database: PostgreSQL at postgresql://postgres:***@127.0.0.1" in failed.out
     assert secret not in failed.out + failed.err
+
+
+async def next_notice(notices: AsyncIterator[Notification]) -> Notification:
+    return await asyncio.wait_for(anext(notices), timeout=30)  # a hang guard only
+
+
+async def test_a_conversation_lease_is_held_by_one_instance_until_released(pg_url: str) -> None:
+    async with PostgresStore.open(pg_url) as a, PostgresStore.open(pg_url) as b:
+        conversation = await a.get_or_create_conversation(KEY, channel_key=CHANNEL)
+        for _ in range(10):
+            got = await asyncio.gather(
+                a.acquire_lease(conversation.id), b.acquire_lease(conversation.id)
+            )
+            assert sorted(got) == [False, True]
+            holder, other = (a, b) if got[0] else (b, a)
+            assert await holder.acquire_lease(conversation.id) is True  # renewing is fine
+            assert await other.acquire_lease(conversation.id) is False
+            await holder.release_lease(conversation.id)
+
+
+async def test_a_dead_instances_lease_expires_and_another_takes_over(pg_url: str) -> None:
+    async with (
+        PostgresStore.open(pg_url, lease_ttl_s=0.5) as a,
+        PostgresStore.open(pg_url, lease_ttl_s=0.5) as b,
+    ):
+        conversation = await a.get_or_create_conversation(KEY, channel_key=CHANNEL)
+        assert await a.acquire_lease(conversation.id)
+        notices = a.notifications()
+        listening = asyncio.ensure_future(next_notice(notices))
+        # Renewed while A lives: B is refused for several lease lifetimes.
+        for _ in range(6):
+            assert await b.acquire_lease(conversation.id) is False
+            await asyncio.sleep(0.25)
+        # A stalls (its heartbeat stops, as in a frozen or killed process): the lease expires.
+        heartbeat = a._instances._heartbeat
+        assert heartbeat is not None
+        heartbeat.cancel()
+        for _ in range(200):
+            if await b.acquire_lease(conversation.id):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the lease never expired")
+        # A wakes up: its next heartbeat finds the lease gone and says so.
+        a._instances._heartbeat = None
+        a._instances._start_heartbeat()
+        assert await listening == LeaseLost(conversation.id)
+        assert await a.acquire_lease(conversation.id) is False
+
+
+async def test_instances_hear_of_each_others_inbox_items_and_stops_never_their_own(
+    pg_url: str,
+) -> None:
+    async with PostgresStore.open(pg_url) as a, PostgresStore.open(pg_url) as b:
+        a_notices, b_notices = a.notifications(), b.notifications()
+        first = asyncio.ensure_future(next_notice(a_notices))
+        await asyncio.sleep(0)
+        accepted = await b.accept_delivery(KEY, user("hi"), channel_key=CHANNEL, delivery_id="e1")
+        assert accepted is not None
+        assert await first == NewInboxItem(accepted.conversation.id, KEY, accepted.item.id)
+        # A repeated delivery commits nothing, so it notifies nobody.
+        assert (
+            await b.accept_delivery(KEY, user("hi"), channel_key=CHANNEL, delivery_id="e1") is None
+        )
+        await b.publish_stop(KEY, 7, by_id="U2", by_name="bob")
+        assert await next_notice(a_notices) == StopRequest(KEY, 7, "U2", "bob")
+        # B heard nothing of its own: the first thing it hears is A's.
+        await a.publish_stop(KEY, None)
+        assert await next_notice(b_notices) == StopRequest(KEY, None, None, None)
