@@ -25,6 +25,8 @@ from bots.surface import SurfaceFactory
 from core.models.base import Model
 from core.models.catalog import create_model
 from core.tools import AnyTool
+from storage.base import ConversationStore
+from storage.postgres import PostgresStore, is_postgres_url, redact_url
 from storage.sqlite import SqliteStore
 from tools.toolset import build_toolset
 
@@ -103,7 +105,7 @@ def toolset_factory(settings: Settings) -> Callable[[str], Sequence[AnyTool]]:
 @dataclass(slots=True)
 class App:
     settings: Settings
-    store: SqliteStore
+    store: ConversationStore
     runner: ConversationRunner
     models: ModelFactory
 
@@ -143,6 +145,36 @@ def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path |
     return log_file
 
 
+async def open_store(settings: Settings) -> ConversationStore:
+    """PostgreSQL when `TEAMMATE_DATABASE_URL` names one, else the SQLite file in the data
+    directory. Raises `SettingsError` (the URL's password never shown) if it can't be opened."""
+    url = settings.database_url.get_secret_value() if settings.database_url else ""
+    if url:
+        if not is_postgres_url(url):
+            raise SettingsError(
+                f"TEAMMATE_DATABASE_URL: {redact_url(url)} is not a postgresql:// URL"
+            )
+        try:
+            return await PostgresStore.open(url)
+        except Exception as exc:
+            raise SettingsError(
+                f"the database {redact_url(url)} cannot be opened: "
+                f"{_without(str(exc), settings.secrets())}"
+            ) from None
+    try:
+        return await SqliteStore.open(settings.database_path)
+    except Exception as exc:
+        raise SettingsError(
+            f"the database {settings.database_path} cannot be opened: {exc}"
+        ) from None
+
+
+def _without(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
 @asynccontextmanager
 async def open_app(
     settings: Settings,
@@ -161,12 +193,7 @@ async def open_app(
         raise SettingsError(
             f"TEAMMATE_DATA_DIR: cannot create {settings.data_dir}: {exc.strerror}"
         ) from None
-    try:
-        store = await SqliteStore.open(settings.database_path)
-    except Exception as exc:
-        raise SettingsError(
-            f"the database {settings.database_path} cannot be opened: {exc}"
-        ) from None
+    store = await open_store(settings)
     models = ModelFactory(settings)
     toolsets = toolset_factory(settings)
     runner = ConversationRunner(

@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
+from urllib.parse import urlsplit
 
 from bots.app import (
     ModelFactory,
@@ -53,6 +54,7 @@ from bots.terminal import (
 from core.models.catalog import anthropic_model_spec
 from storage.base import DatabaseDamaged
 from storage.migrations import MIGRATIONS
+from storage.postgres import PostgresStore, is_postgres_url, redact_url
 from storage.sqlite import SqliteStore
 from tools.bash import probe_sandbox
 
@@ -368,7 +370,9 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
     else:
         report("fail", "data dir", f"{settings.data_dir}: {data_ok}")
 
-    if data_ok is None:
+    if settings.database_url is not None:
+        await _check_postgres(settings.database_url.get_secret_value(), report)
+    elif data_ok is None:
         await _check_database(settings.database_path, report)
     else:
         report("fail", "database", "not checked (the data dir is not writable)")
@@ -421,6 +425,29 @@ async def _check_database(path: Path, report: Any) -> None:
     first = " ".join(problems[0].split())[:200]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     report("fail", "database integrity", f"{len(problems)} problem(s): {first}{more}")
+
+
+async def _check_postgres(url: str, report: Any) -> None:
+    """Reach the PostgreSQL database (opening checks and migrates its schema) and say which
+    server and schema version it is; the URL is shown without its password."""
+    shown = redact_url(url)
+    if not is_postgres_url(url):
+        report("fail", "database", f"TEAMMATE_DATABASE_URL: {shown} is not a postgresql:// URL")
+        return
+    try:
+        async with asyncio.timeout(15), PostgresStore.open(url) as store:
+            about = await store.describe()
+    except Exception as exc:
+        password = urlsplit(url).password
+        detail = str(exc).replace(password, "***") if password else str(exc)
+        report("fail", "database", f"PostgreSQL at {shown} is not reachable or usable: {detail}")
+        return
+    report(
+        "ok",
+        "database",
+        f"PostgreSQL {about['server_version']} at {shown} is reachable (schema "
+        f"{about['schema']!r}, schema version {about['version']})",
+    )
 
 
 def _writable(directory: Path) -> str | None:

@@ -82,6 +82,9 @@ class ConversationState:
     def __init__(self, conversation: Conversation) -> None:
         self.conversation = conversation
         self.inbox: dict[int, Queued] = {}
+        # Every item this driver ever took in: a notification or a re-read of the store
+        # (several instances) never brings one twice.
+        self.seen: set[int] = set()
         self.dropping: list[Queued] = []  # stopped: to be dropped and told
         self.drop_reason = ""
         self.run: RunState | None = None

@@ -50,9 +50,15 @@ from storage.base import (
     Accepted,
     Conversation,
     ConversationStore,
+    LeaseLost,
     LoadedConversation,
+    NewInboxItem,
+    Notification,
+    Resync,
     RunOutcome,
     RunRecord,
+    StopRequest,
+    coordination_of,
 )
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,9 @@ DELIVERY_MEMORY_S = 7 * 24 * 3600
 QUEUED_TEXT = "Got it. I'm still working on an earlier message here; I'll read this one next."
 DELIVERED_TEXT = "I've read this and I'm taking it into account."
 STALE_STOP_TEXT = "That answer has already finished; nothing was stopped."
+LEASE_LOST_TEXT = "Another Teammate instance took over this conversation."
+# Several instances: how often each looks for conversations a dead instance left behind.
+TAKEOVER_SWEEP_S = 15.0
 
 
 class ConversationRunner:
@@ -92,6 +101,11 @@ class ConversationRunner:
         self._feeds: dict[str, set[SurfaceFeed]] = {}  # still showing, per conversation
         self._workspaces = Workspaces(settings.workspaces_dir)
         self._closing = False
+        # Several instances on one database (docs/architecture.md, "Several instances"): a
+        # lease per conversation and notifications; a single-process store grants every lease.
+        self._instances = coordination_of(store)
+        self._background: set[asyncio.Task[None]] = set()
+        self._listening = False
 
     # -- the public face -------------------------------------------------------------------
 
@@ -149,11 +163,14 @@ class ConversationRunner:
         if state is None:
             state = ConversationState(accepted.conversation)
             state.inbox[accepted.item.id] = queued
+            state.seen.add(accepted.item.id)
             self._start_driver(state)
             return "started"
-        state.inbox[accepted.item.id] = queued
-        if state.run is not None:
-            state.run.steer(queued)
+        if accepted.item.id not in state.seen:  # (else already taken in from the store)
+            state.seen.add(accepted.item.id)
+            state.inbox[accepted.item.id] = queued
+            if state.run is not None:
+                state.run.steer(queued)
         feed.put(Notice(QUEUED_TEXT, "info", audience=queued.author))
         return "steered"
 
@@ -186,6 +203,17 @@ class ConversationRunner:
         """
         state = self._active.get(conversation_key)
         reason = f"Stopped by {by.name}." if by is not None else "Stopped on request."
+        if state is None and self._instances.shared:
+            # Maybe running on another instance: the one holding it stops it there.
+            self._spawn(
+                self._instances.publish_stop(
+                    conversation_key,
+                    run_id,
+                    by_id=by.id if by is not None else None,
+                    by_name=by.name if by is not None else None,
+                )
+            )
+            return "stopped"
         if run_id is not None:
             if state is None or state.run is None or state.run.id != run_id:
                 log.info("stale stop for run %s in %s ignored", run_id, conversation_key)
@@ -231,6 +259,8 @@ class ConversationRunner:
         """Stop every run and wait (bounded) for them to record their outcome. Messages still
         queued stay in the store's inbox; `recover()` answers them after the restart."""
         self._closing = True
+        for task in list(self._background):
+            task.cancel()
         for state in list(self._active.values()):
             if state.run is not None:
                 state.run.cancel("Teammate is shutting down.")
@@ -262,11 +292,26 @@ class ConversationRunner:
         good, and a `RunFinished` shown where each run was shown), then answer messages that
         were accepted but never delivered. Returns the runs recovered."""
         recovered: list[RunRecord] = []
+        if self._instances.shared and not self._listening:
+            self._listening = True
+            self._spawn(self._listen())
+            self._spawn(self._sweep())
         # Platforms retry a delivery for minutes, not days; a week of ids is plenty.
         await self.store.prune_deliveries(DELIVERY_MEMORY_S)
         busy: set[int] = set()  # conversations another live process is running
+        leased: set[int] = set()  # leases taken here to recover a dead instance's runs
         for run in await self.store.running_runs():
-            if run.conversation_key in self._active or owner_alive(run.owner):
+            if run.conversation_key in self._active:
+                busy.add(run.conversation_id)
+                continue
+            if self._instances.shared:
+                # Several instances: the run is orphaned iff its lease could be taken (its
+                # holder died and the lease expired); only that one winner recovers it.
+                if not await self._instances.acquire_lease(run.conversation_id):
+                    busy.add(run.conversation_id)
+                    continue
+                leased.add(run.conversation_id)
+            elif owner_alive(run.owner):
                 busy.add(run.conversation_id)
                 continue
             loaded = await self.store.load(run.conversation_id)
@@ -293,7 +338,78 @@ class ConversationRunner:
                 continue
             log.info("answering messages left in %s's inbox", conversation.key)
             self._start_driver(ConversationState(conversation), adopt=True)
+            leased.discard(conversation_id)  # the driver holds (and releases) it now
+        for conversation_id in leased:
+            await self._instances.release_lease(conversation_id)
         return recovered
+
+    # -- several instances -----------------------------------------------------------------
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _listen(self) -> None:
+        """Act on what other instances tell this one, until the runner closes."""
+        async for notice in self._instances.notifications():
+            try:
+                await self._on_notice(notice)
+            except Exception:
+                log.exception("could not act on %s", notice)
+
+    async def _on_notice(self, notice: Notification) -> None:
+        if isinstance(notice, NewInboxItem):
+            state = self._active.get(notice.conversation_key)
+            if state is not None and notice.item_id not in state.seen:
+                await self._take_in(state)
+        elif isinstance(notice, StopRequest):
+            if notice.conversation_key in self._active:
+                by = (
+                    Author(id=notice.by_id, name=notice.by_name or notice.by_id)
+                    if notice.by_id
+                    else None
+                )
+                self.stop(notice.conversation_key, notice.run_id, by=by)
+        elif isinstance(notice, LeaseLost):
+            for state in list(self._active.values()):
+                if state.conversation.id == notice.conversation_id:
+                    if state.run is not None:
+                        state.run.cancel(LEASE_LOST_TEXT)
+                    self._hand_over(state)
+        elif isinstance(notice, Resync):
+            for state in list(self._active.values()):
+                await self._take_in(state)
+
+    async def _take_in(self, state: ConversationState) -> None:
+        """Messages another instance accepted for a conversation this one runs: into the
+        inbox, and steered into the current run as if they had arrived here."""
+        key = state.conversation.key
+        for item in await self.store.pending(state.conversation.id):
+            if item.id in state.seen:
+                continue
+            state.seen.add(item.id)
+            surface = self._surface_for(key, item.surface_ref)
+            queued = Queued(item, self._feed(key, surface) if surface is not None else None)
+            state.inbox[item.id] = queued
+            if state.run is not None:
+                state.run.steer(queued)
+
+    def _hand_over(self, state: ConversationState) -> None:
+        """Another instance holds the conversation: it answers what is queued here (the
+        messages stay pending in the store); their senders are told they are queued."""
+        for queued in state.inbox.values():
+            self._acknowledge(queued, QUEUED_TEXT)
+        state.inbox.clear()
+
+    async def _sweep(self) -> None:
+        """Take over what dead instances left: their runs and unanswered messages."""
+        while not self._closing:
+            await asyncio.sleep(TAKEOVER_SWEEP_S)
+            try:
+                await self.recover()
+            except Exception:
+                log.exception("looking for conversations left by dead instances failed")
 
     # -- one conversation's driver ---------------------------------------------------------
 
@@ -304,7 +420,14 @@ class ConversationRunner:
 
     async def _drive(self, state: ConversationState, adopt: bool) -> None:
         key = state.conversation.key
+        conversation_id = state.conversation.id
+        leased = False
         try:
+            if self._instances.shared:
+                if not await self._instances.acquire_lease(conversation_id):
+                    self._hand_over(state)  # another instance runs it and was notified
+                    return
+                leased = adopt = True  # and answers what others left pending
             if adopt:
                 await self._adopt_pending(state)
             while True:
@@ -313,6 +436,18 @@ class ConversationRunner:
                         await self._drop(state, None)
                     except Exception:  # they stay pending in the store; recovery retries
                         log.exception("could not drop stopped messages in %s", key)
+                    continue
+                if leased and not state.inbox and not self._closing:
+                    leased = False
+                    await self._instances.release_lease(conversation_id)
+                    # Another instance may have accepted a message while this one held the
+                    # lease (and left it to us): look again now that anyone may take it.
+                    if await self.store.pending(conversation_id) or state.inbox:
+                        if await self._instances.acquire_lease(conversation_id):
+                            leased = True
+                            await self._adopt_pending(state)
+                        else:
+                            self._hand_over(state)
                     continue
                 if not state.inbox or self._closing:
                     # Nothing awaits between this check and leaving the map: a message
@@ -326,6 +461,11 @@ class ConversationRunner:
         finally:
             if self._active.get(key) is state:
                 del self._active[key]
+            if leased:
+                try:
+                    await self._instances.release_lease(conversation_id)
+                except Exception:  # it expires on its own
+                    log.exception("could not release the lease of %s", key)
             state.done.set()
 
     async def _adopt_pending(self, state: ConversationState) -> None:
@@ -338,6 +478,7 @@ class ConversationRunner:
             return
         merged = {item.id: Queued(item, None) for item in missing} | state.inbox
         state.inbox = dict(sorted(merged.items()))
+        state.seen.update(state.inbox)
         for queued in state.inbox.values():  # the first's surface shows the follow-up run
             if queued.feed is None:
                 surface = self._surface_for(state.conversation.key, queued.item.surface_ref)

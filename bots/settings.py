@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -178,6 +179,8 @@ class Settings(BaseSettings):
     )
 
     data_dir: Path = Path("./data")
+    # `postgresql://...`: several instances share that database; unset: SQLite in data_dir.
+    database_url: SecretStr | None = None
     model: str = DEFAULT_MODEL
     thinking: Literal["off", "adaptive"] = "adaptive"
     max_output_tokens: int | None = Field(default=None, gt=0)
@@ -271,7 +274,9 @@ class Settings(BaseSettings):
             self.slack_signing_secret,
             self.discord_bot_token,
         ]
-        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        password = _url_password(self.database_url)
+        return [*found, password] if password else found
 
     def require(self, name: str) -> str:
         """A secret that must be set for what is being started, or a one-line error naming it."""
@@ -279,6 +284,15 @@ class Settings(BaseSettings):
         if value is None or (isinstance(value, SecretStr) and not value.get_secret_value()):
             raise SettingsError(f"{env_name(name)} is not set (needed for this command)")
         return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+
+
+def _url_password(url: SecretStr | None) -> str | None:
+    if url is None:
+        return None
+    try:
+        return urlsplit(url.get_secret_value()).password
+    except ValueError:
+        return None
 
 
 def config_path() -> Path | None:

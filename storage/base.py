@@ -10,9 +10,9 @@ Must not: import `tools` or `bots`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from core.messages import Message, Usage
 
@@ -331,3 +331,107 @@ class ConversationStore(Protocol):
         """Replace the channel's stored configuration (a JSON object) wholesale, recording
         who changed it and when. Values must be JSON-serialisable (`TypeError` otherwise)."""
         ...
+
+
+# --- several instances on one database (docs/architecture.md, "Several instances") ----------
+
+
+@dataclass(slots=True, frozen=True)
+class NewInboxItem:
+    """Another instance accepted a message into a conversation's inbox (it is committed)."""
+
+    conversation_id: int
+    conversation_key: str
+    item_id: int
+
+
+@dataclass(slots=True, frozen=True)
+class StopRequest:
+    """Someone asked another instance to stop this conversation's run (`run_id`: that run
+    only; None: the run and everything queued behind it)."""
+
+    conversation_key: str
+    run_id: int | None
+    by_id: str | None
+    by_name: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class LeaseLost:
+    """This instance no longer holds the conversation's lease (it stalled past the lease's
+    expiry and another instance may have taken over): stop running it."""
+
+    conversation_id: int
+
+
+@dataclass(slots=True, frozen=True)
+class Resync:
+    """Notifications may have been missed (the listening connection was re-made): re-read
+    the inbox of every conversation this instance runs."""
+
+
+Notification: TypeAlias = NewInboxItem | StopRequest | LeaseLost | Resync
+
+
+@runtime_checkable
+class InstanceCoordination(Protocol):
+    """What a store shared by several instances offers so that each conversation runs in one
+    place: a lease per conversation, and notifications between instances."""
+
+    @property
+    def shared(self) -> bool:
+        """True if other instances may run this database's conversations."""
+        ...
+
+    async def acquire_lease(self, conversation_id: int) -> bool:
+        """Hold (or renew) the conversation's lease; False if another live instance does."""
+        ...
+
+    async def release_lease(self, conversation_id: int) -> None: ...
+
+    async def publish_stop(
+        self,
+        conversation_key: str,
+        run_id: int | None,
+        *,
+        by_id: str | None = None,
+        by_name: str | None = None,
+    ) -> None:
+        """Ask whichever instance runs the conversation to stop it."""
+        ...
+
+    def notifications(self) -> AsyncIterator[Notification]:
+        """What other instances did that concerns this one, until the store closes."""
+        ...
+
+
+class SingleProcess:
+    """The coordination of a store only one process runs conversations from (SQLite): every
+    lease is granted, and there is nobody to notify."""
+
+    shared = False
+
+    async def acquire_lease(self, conversation_id: int) -> bool:
+        return True
+
+    async def release_lease(self, conversation_id: int) -> None:
+        return None
+
+    async def publish_stop(
+        self,
+        conversation_key: str,
+        run_id: int | None,
+        *,
+        by_id: str | None = None,
+        by_name: str | None = None,
+    ) -> None:
+        return None
+
+    async def notifications(self) -> AsyncIterator[Notification]:
+        return
+        yield  # an async generator that ends at once
+
+
+def coordination_of(store: object) -> InstanceCoordination:
+    """The store's own coordination if it has one, else `SingleProcess`."""
+    return store if isinstance(store, InstanceCoordination) else SingleProcess()

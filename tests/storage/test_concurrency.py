@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from core.messages import AssistantMessage, Text, UserMessage
-from storage.sqlite import SqliteStore
+from storage.base import ConversationStore
+from tests.storage.conftest import Backend
 
 
 async def test_200_conversations_appending_at_once_all_succeed_in_order(
-    store: SqliteStore,
+    store: ConversationStore,
 ) -> None:
     per_conversation = 15
 
@@ -43,15 +43,16 @@ async def test_200_conversations_appending_at_once_all_succeed_in_order(
     assert await store.running_runs() == []
 
 
-async def test_two_stores_on_one_file_share_a_conversation_without_locking_errors(
-    db_path: Path,
+async def test_two_stores_on_one_database_share_a_conversation_without_locking_errors(
+    backend: Backend,
 ) -> None:
-    # e.g. the bot and a `teammate` CLI command open the same database at the same time.
-    async with SqliteStore.open(db_path) as bot, SqliteStore.open(db_path) as cli:
+    # e.g. the bot and a `teammate` CLI command open the same database at the same time, or
+    # two instances share one PostgreSQL database.
+    async with backend.open() as bot, backend.open() as cli:
         conversation = await bot.get_or_create_conversation("terminal:shared", channel_key="t")
         assert (await cli.get_conversation("terminal:shared")) == conversation
 
-        async def write(store: SqliteStore, name: str) -> list[int]:
+        async def write(store: ConversationStore, name: str) -> list[int]:
             seqs = []
             for i in range(60):
                 stored = await store.append_message(
@@ -78,7 +79,7 @@ async def test_two_stores_on_one_file_share_a_conversation_without_locking_error
 
 
 async def test_a_cancelled_caller_leaves_the_store_consistent_and_usable(
-    store: SqliteStore,
+    store: ConversationStore,
 ) -> None:
     conversation = await store.get_or_create_conversation("terminal:cancel", channel_key="t")
     tasks = [

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from core.messages import Usage
-from storage.sqlite import SqliteStore
-from tests.storage.conftest import FakeClock
+from storage.base import ConversationStore
+from tests.storage.conftest import Backend, FakeClock
 
 
 def assert_usage(actual: Usage, expected: Usage) -> None:
@@ -17,20 +15,22 @@ def assert_usage(actual: Usage, expected: Usage) -> None:
 
 
 async def test_a_delivery_is_claimed_once_even_across_a_restart(
-    db_path: Path, clock: FakeClock
+    backend: Backend, clock: FakeClock
 ) -> None:
-    async with SqliteStore.open(db_path, clock=clock) as store:
+    async with backend.open(clock) as store:
         assert await store.claim_delivery("slack:Ev123") is True
         assert await store.claim_delivery("slack:Ev123") is False
         assert await store.claim_delivery("slack:Ev124") is True
 
-    async with SqliteStore.open(db_path, clock=clock) as restarted:
+    async with backend.open(clock) as restarted:
         assert await restarted.claim_delivery("slack:Ev123") is False
         assert await restarted.claim_delivery("slack:Ev124") is False
         assert await restarted.claim_delivery("slack:Ev125") is True
 
 
-async def test_pruning_forgets_only_old_deliveries(store: SqliteStore, clock: FakeClock) -> None:
+async def test_pruning_forgets_only_old_deliveries(
+    store: ConversationStore, clock: FakeClock
+) -> None:
     await store.claim_delivery("old")
     clock.advance(11 * 60)
     await store.claim_delivery("recent")
@@ -43,7 +43,7 @@ async def test_pruning_forgets_only_old_deliveries(store: SqliteStore, clock: Fa
 
 
 async def test_a_run_is_recorded_from_start_to_finish_with_its_usage(
-    store: SqliteStore, clock: FakeClock
+    store: ConversationStore, clock: FakeClock
 ) -> None:
     conversation = await store.get_or_create_conversation(
         "slack:T:C1:1.0", channel_key="slack:T:C1"
@@ -83,9 +83,9 @@ async def test_a_run_is_recorded_from_start_to_finish_with_its_usage(
 
 
 async def test_runs_a_crash_interrupted_are_listed_after_a_restart(
-    db_path: Path, clock: FakeClock
+    backend: Backend, clock: FakeClock
 ) -> None:
-    async with SqliteStore.open(db_path, clock=clock) as store:
+    async with backend.open(clock) as store:
         one = await store.get_or_create_conversation("slack:T:C1:1.0", channel_key="slack:T:C1")
         two = await store.get_or_create_conversation("slack:T:C2:2.0", channel_key="slack:T:C2")
         finished = await store.start_run(one.id, user_id="U1")
@@ -97,7 +97,7 @@ async def test_runs_a_crash_interrupted_are_listed_after_a_restart(
         await store.record_usage(crashed_b.id, Usage(input=7, cost=0.5))
         # no finish_run: the process "dies" here
 
-    async with SqliteStore.open(db_path, clock=clock) as restarted:
+    async with backend.open(clock) as restarted:
         interrupted = await restarted.running_runs()
         assert [r.id for r in interrupted] == [crashed_a.id, crashed_b.id]
         assert [r.surface_ref for r in interrupted] == [{"ts": "1.5"}, {"ts": "2.5"}]
@@ -112,7 +112,7 @@ async def test_runs_a_crash_interrupted_are_listed_after_a_restart(
 
 
 async def test_usage_is_summed_per_conversation_user_and_channel_over_a_time_window(
-    store: SqliteStore, clock: FakeClock
+    store: ConversationStore, clock: FakeClock
 ) -> None:
     a1 = await store.get_or_create_conversation("slack:T:A:1", channel_key="slack:T:A")
     a2 = await store.get_or_create_conversation("slack:T:A:2", channel_key="slack:T:A")

@@ -202,3 +202,9 @@ async def test_a_forgotten_store_stops_its_thread(db_path: Path) -> None:
     assert not thread.is_alive()
     async with SqliteStore.open(db_path) as again:
         assert await again.claim_delivery("e1") is False
+
+
+@pytest.fixture
+def store(sqlite_store: SqliteStore) -> SqliteStore:
+    """Group commit is the SQLite store's own machinery: these tests run on it alone."""
+    return sqlite_store

@@ -12,13 +12,14 @@ from core.messages import (
     Author,
     UserMessage,
 )
+from storage.base import ConversationStore
 from storage.sqlite import SqliteStore
 from tests.fakes.sample_messages import every_kind_of_message
-from tests.storage.conftest import FakeClock
+from tests.storage.conftest import Backend, FakeClock
 
 
 async def test_every_kind_of_message_round_trips_through_the_store(
-    store: SqliteStore, db_path: Path
+    store: ConversationStore, backend: Backend
 ) -> None:
     conversation = await store.get_or_create_conversation("terminal:rt", channel_key="terminal")
     messages = every_kind_of_message()
@@ -26,13 +27,13 @@ async def test_every_kind_of_message_round_trips_through_the_store(
         await store.append_message(conversation.id, message)
     await store.close()
 
-    async with SqliteStore.open(db_path) as reopened:
+    async with backend.open() as reopened:
         loaded = await reopened.load(conversation.id)
     assert [stored.message for stored in loaded.messages] == messages
     assert [type(stored.message) for stored in loaded.messages] == [type(m) for m in messages]
 
 
-async def test_messages_get_gap_free_seqs_in_append_order(store: SqliteStore) -> None:
+async def test_messages_get_gap_free_seqs_in_append_order(store: ConversationStore) -> None:
     conversation = await store.get_or_create_conversation("terminal:seq", channel_key="t")
     other = await store.get_or_create_conversation("terminal:other", channel_key="t")
     seqs = []
@@ -53,8 +54,9 @@ async def test_messages_get_gap_free_seqs_in_append_order(store: SqliteStore) ->
 
 
 async def test_user_messages_keep_author_and_platform_id_in_queryable_columns(
-    store: SqliteStore, db_path: Path
+    sqlite_store: SqliteStore, db_path: Path
 ) -> None:
+    store = sqlite_store
     conversation = await store.get_or_create_conversation("slack:T:C:1.0", channel_key="slack:T:C")
     run = await store.start_run(conversation.id, user_id="U1")
     await store.append_message(
@@ -73,7 +75,7 @@ async def test_user_messages_keep_author_and_platform_id_in_queryable_columns(
 
 
 async def test_conversations_are_found_by_key_and_keep_title_and_settings(
-    store: SqliteStore, clock: FakeClock
+    store: ConversationStore, clock: FakeClock
 ) -> None:
     created = await store.get_or_create_conversation(
         "discord:G1:C9", channel_key="discord:G1:C9", title="Release plan"
@@ -99,7 +101,7 @@ async def test_conversations_are_found_by_key_and_keep_title_and_settings(
 
 
 async def test_loading_gives_the_latest_compaction_and_only_the_messages_after_it(
-    store: SqliteStore,
+    store: ConversationStore,
 ) -> None:
     conversation = await store.get_or_create_conversation("terminal:long", channel_key="t")
     for i in range(1, 11):
@@ -128,7 +130,7 @@ async def test_loading_gives_the_latest_compaction_and_only_the_messages_after_i
         await store.add_compaction(conversation.id, "too far", up_to_seq=12)
 
 
-async def test_unknown_ids_are_refused_and_leave_nothing_behind(store: SqliteStore) -> None:
+async def test_unknown_ids_are_refused_and_leave_nothing_behind(store: ConversationStore) -> None:
     with pytest.raises(KeyError):
         await store.append_message(404, UserMessage(content="lost"))
     with pytest.raises(KeyError):

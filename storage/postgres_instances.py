@@ -1,0 +1,235 @@
+"""Several instances on one PostgreSQL database: conversation leases and notifications.
+
+Owns: this instance's identity, its leases (rows with an expiry judged by the database's
+clock, renewed for all of them at once by one heartbeat statement), and the dedicated
+connection that LISTENs for what other instances do (docs/architecture.md, "Several
+instances"; why a lease row and not an advisory lock is explained there).
+
+- A lease is a row `conversation_leases(conversation_id, holder, expires_at)`. Acquiring is one
+  upsert that succeeds if nobody holds it, we do, or the holder let it expire; the heartbeat
+  renews every lease we hold in ONE statement every `ttl / 3`, and a lease missing from its
+  answer was lost (we stalled past the expiry): that is reported as `LeaseLost`.
+- Notifications travel on one channel per schema. `NOTIFY` is transactional, so the inbox's
+  notice is sent inside `accept_delivery`'s transaction (`notify_sql`): delivered on commit,
+  never for a rolled-back accept. An instance ignores its own. If the listening connection
+  drops, it is re-made and `Resync` tells the runner it may have missed some.
+
+Must not: import `tools` or `bots`; know the store's other tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+
+from storage.base import LeaseLost, NewInboxItem, Notification, Resync, StopRequest
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 10_000  # notifications waiting for the runner; past it: Resync instead
+RECONNECT_DELAY_S = 1.0
+
+
+def channel_for(schema: str) -> str:
+    """Schemas share a database's NOTIFY namespace: one channel per schema (63 bytes max)."""
+    return f"teammate_{schema}"[:63]
+
+
+class Instances:
+    """This instance's leases and notifications on one database (one per `PostgresStore`)."""
+
+    def __init__(self, pool: asyncpg.Pool, url: str, schema: str, lease_ttl_s: float) -> None:
+        self._pool = pool
+        self._url = url
+        self.channel = channel_for(schema)
+        self.lease_ttl_s = lease_ttl_s
+        self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._held: set[int] = set()
+        self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
+        self._overflowed = False
+        self._listener: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # --- leases ---------------------------------------------------------------------------
+
+    async def acquire(self, conversation_id: int) -> bool:
+        got = await self._pool.fetchval(
+            "INSERT INTO conversation_leases (conversation_id, holder, expires_at) "
+            "VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3)) "
+            "ON CONFLICT (conversation_id) DO UPDATE SET holder = EXCLUDED.holder, "
+            "expires_at = EXCLUDED.expires_at, acquired_at = CASE WHEN "
+            "conversation_leases.holder = EXCLUDED.holder THEN conversation_leases.acquired_at "
+            "ELSE clock_timestamp() END "
+            "WHERE conversation_leases.holder = EXCLUDED.holder "
+            "OR conversation_leases.expires_at < clock_timestamp() "
+            "RETURNING true",
+            conversation_id,
+            self.instance_id,
+            self.lease_ttl_s,
+        )
+        if got:
+            self._held.add(conversation_id)
+            self._start_heartbeat()
+        return bool(got)
+
+    async def release(self, conversation_id: int) -> None:
+        self._held.discard(conversation_id)
+        await self._pool.execute(
+            "DELETE FROM conversation_leases WHERE conversation_id = $1 AND holder = $2",
+            conversation_id,
+            self.instance_id,
+        )
+
+    def _start_heartbeat(self) -> None:
+        if self._heartbeat is None and not self._closed:
+            self._heartbeat = asyncio.create_task(self._beat(), name="lease-heartbeat")
+
+    async def _beat(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            if not self._held:
+                continue
+            try:
+                renewed = await self._pool.fetch(
+                    "UPDATE conversation_leases "
+                    "SET expires_at = clock_timestamp() + make_interval(secs => $2) "
+                    "WHERE holder = $1 RETURNING conversation_id",
+                    self.instance_id,
+                    self.lease_ttl_s,
+                )
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("could not renew conversation leases: %s", exc)
+                continue
+            kept = {int(row[0]) for row in renewed}
+            for conversation_id in sorted(self._held - kept):
+                log.warning("lost the lease of conversation %s", conversation_id)
+                self._held.discard(conversation_id)
+                self._put(LeaseLost(conversation_id))
+
+    # --- notifications --------------------------------------------------------------------
+
+    def inbox_notify_sql(self, channel: str, conversation: str, key: str, sender: str) -> str:
+        """`pg_notify(...)` of a `NewInboxItem` notice, for an inbox INSERT's RETURNING; the
+        arguments name the statement's parameters (e.g. "$6")."""
+        return (
+            f"pg_notify({channel}, json_build_object('kind', 'inbox', 'conversation_id', "
+            f"{conversation}, 'key', {key}::text, 'item_id', id, 'from', {sender}::text)::text)"
+        )
+
+    async def publish_stop(
+        self, conversation_key: str, run_id: int | None, by_id: str | None, by_name: str | None
+    ) -> None:
+        payload = {
+            "kind": "stop",
+            "key": conversation_key,
+            "run_id": run_id,
+            "by_id": by_id,
+            "by_name": by_name,
+            "from": self.instance_id,
+        }
+        await self._pool.execute(
+            "SELECT pg_notify($1, $2)", self.channel, json.dumps(payload)[:7900]
+        )
+
+    async def start(self) -> None:
+        """Start listening (from when the store opens, so nothing sent later is missed)."""
+        if self._listener is None and not self._closed:
+            ready = asyncio.get_running_loop().create_future()
+            self._listener = asyncio.create_task(self._listen(ready), name="notifications")
+            await asyncio.shield(ready)
+
+    async def notifications(self) -> AsyncIterator[Notification]:
+        while True:
+            notice = await self._queue.get()
+            if notice is None:
+                return
+            yield notice
+
+    def _put(self, notice: Notification) -> None:
+        if self._queue.qsize() >= QUEUE_LIMIT:
+            if not self._overflowed:
+                log.warning("too many notifications waiting; the runner will resync instead")
+            self._overflowed = True
+            return
+        if self._overflowed:
+            self._overflowed = False
+            self._queue.put_nowait(Resync())
+        self._queue.put_nowait(notice)
+
+    def _received(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            data = json.loads(payload)
+            if data.get("from") == self.instance_id:
+                return
+            if data["kind"] == "inbox":
+                self._put(
+                    NewInboxItem(
+                        int(data["conversation_id"]), str(data["key"]), int(data["item_id"])
+                    )
+                )
+            elif data["kind"] == "stop":
+                run_id = data.get("run_id")
+                self._put(
+                    StopRequest(
+                        str(data["key"]),
+                        None if run_id is None else int(run_id),
+                        data.get("by_id"),
+                        data.get("by_name"),
+                    )
+                )
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed notification on %s", self.channel)
+
+    async def _listen(self, ready: asyncio.Future[None]) -> None:
+        """Keep one connection LISTENing (not a pooled one: LISTEN is session state)."""
+        first = True
+        while not self._closed:
+            lost = asyncio.Event()
+            try:
+                connection = await asyncpg.connect(self._url)
+            except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+                log.warning("cannot listen for other instances: %s", exc)
+                if not ready.done():
+                    ready.set_result(None)
+                await asyncio.sleep(RECONNECT_DELAY_S)
+                continue
+            try:
+                connection.add_termination_listener(lambda _c, lost=lost: lost.set())
+                await connection.add_listener(self.channel, self._received)
+                if not ready.done():
+                    ready.set_result(None)
+                if not first:
+                    self._put(Resync())
+                first = False
+                await lost.wait()
+                log.warning("the connection listening for other instances dropped; re-making it")
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("listening for other instances failed: %s", exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await connection.close(timeout=2)
+            await asyncio.sleep(RECONNECT_DELAY_S)
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in (self._heartbeat, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._held:  # a clean shutdown hands its conversations over at once
+            with contextlib.suppress(Exception):
+                await self._pool.execute(
+                    "DELETE FROM conversation_leases WHERE holder = $1", self.instance_id
+                )
+        self._queue.put_nowait(None)

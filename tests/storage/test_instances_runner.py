@@ -1,0 +1,171 @@
+"""Two runners (two Teammate instances) on one PostgreSQL database: a conversation runs in one
+place; a steering message or a stop that reaches the other instance reaches that run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from bots.runner import QUEUED_TEXT, ConversationRunner
+from bots.settings import Settings
+from core.messages import Message, UserMessage
+from core.models.scripted import Reply, ScriptedModel, call
+from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
+from storage.base import ConversationStore
+from storage.postgres import PostgresStore
+from tests.bots.runner_helpers import BOB, KEY, incoming
+from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
+
+LIMIT_S = 30.0  # a hang guard, not a speed check
+
+
+class GateParams(BaseModel):
+    pass
+
+
+class GateTool(AgentTool[GateParams]):
+    """Holds the run inside a tool call until the test opens the gate."""
+
+    name = "gate"
+    label = "Gate"
+    description = "Wait for the gate."
+    parameters = GateParams
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def execute(self, call_id: str, params: GateParams, ctx: ToolContext) -> ToolResult:
+        self.entered.set()
+        await self.opened.wait()
+        return ToolResult.text("through")
+
+
+def said(message: Message) -> str:
+    """What a person said, without the runner's "[who · when]" header."""
+    return message.text().split("\n", 1)[-1]
+
+
+def user_lines(messages: Sequence[Message]) -> list[str]:
+    return [said(m) for m in messages if isinstance(m, UserMessage)]
+
+
+def make_runner(
+    store: ConversationStore,
+    data_dir: Path,
+    model: ScriptedModel,
+    tools: Sequence[AnyTool] = (),
+    surfaces: RecordingSurfaces | None = None,
+) -> ConversationRunner:
+    return ConversationRunner(
+        store=store,
+        settings=Settings(data_dir=data_dir),
+        model_factory=lambda _model_id: model,
+        toolset_factory=lambda _channel: tools,
+        platform_rules="Plain text only.",
+        surfaces=surfaces or RecordingSurfaces(),
+    )
+
+
+async def history(store: ConversationStore) -> list[Message]:
+    conversation = await store.get_conversation(KEY)
+    assert conversation is not None
+    return [stored.message for stored in (await store.load(conversation.id)).messages]
+
+
+@pytest.fixture
+async def stores(pg_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    async with PostgresStore.open(pg_url) as a, PostgresStore.open(pg_url) as b:
+        yield a, b
+
+
+async def started(runner: ConversationRunner) -> ConversationRunner:
+    await runner.recover()  # at start-up: also starts listening to the other instances
+    return runner
+
+
+async def test_a_message_reaching_another_instance_is_steered_into_the_running_answer(
+    stores: tuple[PostgresStore, PostgresStore], tmp_path: Path
+) -> None:
+    gate = GateTool()
+    model_a = ScriptedModel([Reply(tool_calls=[call("gate")]), Reply(text="both handled")])
+    model_b = ScriptedModel([Reply(text="B must not answer")])
+    surfaces_a = RecordingSurfaces()
+    a = await started(make_runner(stores[0], tmp_path / "a", model_a, [gate], surfaces_a))
+    b = await started(make_runner(stores[1], tmp_path / "b", model_b, [gate]))
+    try:
+        await a.submit(incoming("first"), RecordingSurface("ada"))
+        await asyncio.wait_for(gate.entered.wait(), LIMIT_S)
+
+        bob = RecordingSurface("bob")
+        await b.submit(incoming("also this", author=BOB), bob)
+        await bob.wait_for(lambda s: any(n.text == QUEUED_TEXT for n in s.notices()), LIMIT_S)
+        for _ in range(int(LIMIT_S / 0.02)):  # A takes it in: it makes Bob's surface
+            if surfaces_a.made:
+                break
+            await asyncio.sleep(0.02)
+        gate.opened.set()
+        await asyncio.wait_for(a.wait(KEY), LIMIT_S)
+
+        assert model_b.requests == []
+        assert len(model_a.requests) == 2
+        # Steered in after the tool batch, as on one process; stored once, in that order.
+        assert user_lines(model_a.requests[1].messages) == ["first", "also this"]
+        assert user_lines(await history(stores[1])) == ["first", "also this"]
+        assert await stores[1].pending_conversations() == []
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_stop_reaching_another_instance_stops_the_run_there(
+    stores: tuple[PostgresStore, PostgresStore], tmp_path: Path
+) -> None:
+    gate = GateTool()
+    model_a = ScriptedModel([Reply(tool_calls=[call("gate")]), Reply(text="never")])
+    a = await started(make_runner(stores[0], tmp_path / "a", model_a, [gate]))
+    b = await started(make_runner(stores[1], tmp_path / "b", ScriptedModel([]), [gate]))
+    try:
+        ada = RecordingSurface("ada")
+        await a.submit(incoming("work"), ada)
+        await asyncio.wait_for(gate.entered.wait(), LIMIT_S)
+
+        assert b.stop(KEY, by=BOB) == "stopped"
+        await asyncio.wait_for(a.wait(KEY), LIMIT_S)
+
+        [finished] = ada.finished()
+        assert finished.outcome == "aborted"
+        assert len(model_a.requests) == 1  # stopped inside the tool, never asked again
+        assert not gate.opened.is_set()
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_message_for_a_conversation_nobody_runs_is_answered_where_it_arrived(
+    stores: tuple[PostgresStore, PostgresStore], tmp_path: Path
+) -> None:
+    model_a = ScriptedModel([Reply(text="from A")])
+    model_b = ScriptedModel([Reply(text="from B"), Reply(text="from B again")])
+    a = await started(make_runner(stores[0], tmp_path / "a", model_a))
+    b = await started(make_runner(stores[1], tmp_path / "b", model_b))
+    try:
+        await b.submit(incoming("hello"), RecordingSurface("ada"))
+        await asyncio.wait_for(b.wait(KEY), LIMIT_S)
+        await a.submit(incoming("and again"), RecordingSurface("ada"))
+        await asyncio.wait_for(a.wait(KEY), LIMIT_S)
+        # The lease was released after B's answer, so A could answer the next one itself.
+        assert len(model_b.requests) == 1 and len(model_a.requests) == 1
+        assert [said(m) for m in await history(stores[0])] == [
+            "hello",
+            "from B",
+            "and again",
+            "from A",
+        ]
+    finally:
+        await a.close()
+        await b.close()
