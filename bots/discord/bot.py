@@ -62,7 +62,8 @@ FEEDBACK_TEXT = "Thanks for the feedback."
 
 
 class TeammateBot(commands.Bot):
-    """The bot. `runner` answers; `settings.discord` says who may use it and how it syncs."""
+    """The bot. `runner` answers; `settings.discord` says who may use it and how it syncs.
+    `surfaces` is the `DiscordSurfaces` given to the runner, if any: the bot binds it."""
 
     def __init__(
         self,
@@ -71,6 +72,7 @@ class TeammateBot(commands.Bot):
         *,
         edit_interval_s: float = EDIT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        surfaces: DiscordSurfaces | None = None,
         **options: Any,
     ) -> None:
         intents = discord.Intents.default()
@@ -85,7 +87,9 @@ class TeammateBot(commands.Bot):
         self.runner = runner
         self.settings = settings
         self.config = settings.discord
-        self.surfaces = DiscordSurfaces(self)
+        # The runner's factory for earlier runs' surfaces (recovery), bound to this bot.
+        self.surfaces = surfaces or DiscordSurfaces()
+        self.surfaces.attach(self)
         self._edit_interval_s = edit_interval_s
         self._clock = clock
         self._threads: set[str] = set()  # conversation keys of threads Teammate is part of
