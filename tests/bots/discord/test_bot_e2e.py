@@ -464,3 +464,21 @@ async def test_after_a_crash_the_run_is_closed_where_it_was_shown_and_its_stop_i
     assert "already finished" in answer
     assert bot.is_ready()
     await old_runner.close()
+
+
+async def test_bots_and_webhooks_are_never_answered_and_own_echoes_start_nothing(
+    teammate: Teammate,
+) -> None:
+    other_bot = user_payload(1_500_000_000_000_000_009, "otherbot", bot=True)
+    await teammate.mention("ping from a bot", author=other_bot)
+    await teammate.mention("from a webhook", webhook_id="1900000000000000001")
+    teammate.model.add(Reply(text="only for people"))
+    person = await teammate.mention("a person asks")
+    await teammate.shown(person["id"], "only for people")
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{person['id']}"
+    await teammate.runner.wait(key)
+    # The fake echoed every message the bot posted back to it over the gateway, as Discord
+    # does; none of them, nor the bot's or the webhook's, reached the model.
+    assert len(teammate.model.requests) == 1
+    threads = teammate.fake.requests_to("POST", r"/channels/\d+/messages/\d+/threads")
+    assert [r.path.split("/")[4] for r in threads] == [person["id"]]
