@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from bots.discord.access import GUILD_TEXT, PERSON_TEXT
-from bots.discord.bot import DISCORD_RULES, TeammateBot
+from bots.discord.bot import DISCORD_RULES, NO_THREADS_TEXT, TeammateBot
 from bots.discord.events import stop_custom_id
 from bots.discord.surface import TOKEN_LIFE_S, WORKING_TEXT, DiscordSurfaces
 from bots.runner import ConversationRunner
@@ -482,3 +482,18 @@ async def test_bots_and_webhooks_are_never_answered_and_own_echoes_start_nothing
     assert len(teammate.model.requests) == 1
     threads = teammate.fake.requests_to("POST", r"/channels/\d+/messages/\d+/threads")
     assert [r.path.split("/")[4] for r in threads] == [person["id"]]
+
+
+async def test_without_permission_to_start_threads_it_says_so_briefly(teammate: Teammate) -> None:
+    teammate.model.add(Reply(text="unused"))
+    missing = {"message": "Missing Permissions", "code": 50013}
+    teammate.fake.fail_next("POST", r"/channels/\d+/messages/\d+/threads", 403, missing)
+    await teammate.mention("hello")
+    await teammate.shown(teammate.general, NO_THREADS_TEXT)
+    teammate.fake.fail_next("POST", r"/channels/\d+/messages/\d+/threads", 403, missing)
+    command = teammate.fake.slash_command("ask", {"prompt": "x"}, channel_id=teammate.general)
+    await teammate.fake.dispatch("INTERACTION_CREATE", command)
+    original = rf"/webhooks/\d+/{re.escape(command['token'])}/messages/@original"
+    await teammate.fake.wait_for(lambda: bool(teammate.fake.requests_to("PATCH", original)))
+    assert teammate.fake.requests_to("PATCH", original)[0].json["content"] == NO_THREADS_TEXT
+    assert teammate.model.requests == []
