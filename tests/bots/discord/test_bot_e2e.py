@@ -497,3 +497,17 @@ async def test_without_permission_to_start_threads_it_says_so_briefly(teammate: 
     await teammate.fake.wait_for(lambda: bool(teammate.fake.requests_to("PATCH", original)))
     assert teammate.fake.requests_to("PATCH", original)[0].json["content"] == NO_THREADS_TEXT
     assert teammate.model.requests == []
+
+
+async def test_a_mention_saying_stop_in_the_thread_stops_the_run(teammate: Teammate) -> None:
+    teammate.model.add(Reply(tool_calls=[call("gate")]))
+    asked = await teammate.mention("a long job")
+    thread = asked["id"]
+    await teammate.gate.started.wait()
+    stop = teammate.fake.message_payload(thread, "stop", mention_bot=True)
+    await teammate.fake.dispatch("MESSAGE_CREATE", stop)
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{thread}"
+    await teammate.runner.wait(key)
+    assert teammate.gate.cancelled == 1
+    await teammate.shown(thread, "Stopped.")
+    assert len(teammate.model.requests) == 1  # "stop" was a command, not a message to answer
