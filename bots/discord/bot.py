@@ -27,6 +27,7 @@ from bots.discord.access import ADMIN_TEXT, discord_refusal, is_admin
 from bots.discord.buttons import DYNAMIC_ITEMS
 from bots.discord.events import (
     MAX_ATTACHMENTS,
+    ButtonPress,
     DiscordFile,
     DiscordMessage,
     Ignored,
@@ -59,10 +60,14 @@ NOT_HERE_TEXT = "There's no conversation here yet: mention me or use /ask."
 STOPPED_TEXT = "Stopped."
 IDLE_TEXT = "Nothing is running here."
 FEEDBACK_TEXT = "Thanks for the feedback."
+NO_THREADS_TEXT = (
+    "I can't start a thread here: I need the Create Public Threads permission in this channel."
+)
 
 
 class TeammateBot(commands.Bot):
-    """The bot. `runner` answers; `settings.discord` says who may use it and how it syncs."""
+    """The bot. `runner` answers; `settings.discord` says who may use it and how it syncs.
+    `surfaces` is the `DiscordSurfaces` given to the runner, if any: the bot binds it."""
 
     def __init__(
         self,
@@ -71,6 +76,7 @@ class TeammateBot(commands.Bot):
         *,
         edit_interval_s: float = EDIT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        surfaces: DiscordSurfaces | None = None,
         **options: Any,
     ) -> None:
         intents = discord.Intents.default()
@@ -85,7 +91,9 @@ class TeammateBot(commands.Bot):
         self.runner = runner
         self.settings = settings
         self.config = settings.discord
-        self.surfaces = DiscordSurfaces(self)
+        # The runner's factory for earlier runs' surfaces (recovery), bound to this bot.
+        self.surfaces = surfaces or DiscordSurfaces()
+        self.surfaces.attach(self)
         self._edit_interval_s = edit_interval_s
         self._clock = clock
         self._threads: set[str] = set()  # conversation keys of threads Teammate is part of
@@ -194,7 +202,12 @@ class TeammateBot(commands.Bot):
             return
         thread: discord.abc.MessageableChannel = message.channel
         if parsed.opens_thread:
-            thread = await self._thread_from(message, parsed.text or "a question")
+            try:
+                thread = await self._thread_from(message, parsed.text or "a question")
+            except discord.Forbidden:
+                log.warning("no permission to create threads in %s", parsed.channel_key)
+                await message.reply(NO_THREADS_TEXT, mention_author=False)
+                return
         backfill: tuple[BackfillMessage, ...] = ()
         if await self._is_new_thread_conversation(parsed):
             backfill = await self._backfill(message)
@@ -307,7 +320,9 @@ class TeammateBot(commands.Bot):
         parsed = parse_interaction(interaction_payload(interaction))
         return parsed if isinstance(parsed, SlashCommand) else None
 
-    async def _refused(self, interaction: discord.Interaction[Any], context: Any) -> bool:
+    async def _refused(
+        self, interaction: discord.Interaction[Any], context: InteractionContext
+    ) -> bool:
         refusal = discord_refusal(
             self.config,
             context.person,
@@ -340,7 +355,12 @@ class TeammateBot(commands.Bot):
         thread_id = context.channel_id
         if not context.is_dm and not context.in_thread and isinstance(channel, discord.TextChannel):
             # The conversation continues in a thread started from the answer.
-            thread = await self._thread_from(original, command.prompt)
+            try:
+                thread = await self._thread_from(original, command.prompt)
+            except discord.Forbidden:
+                log.warning("no permission to create threads in %s", context.channel_key)
+                await interaction.edit_original_response(content=NO_THREADS_TEXT)
+                return
             conversation_channel, head_channel, thread_id = thread, channel, str(thread.id)
         key = conversation_key(context.guild_id, thread_id)
         self._threads.add(key)
@@ -424,12 +444,15 @@ class TeammateBot(commands.Bot):
     async def on_stop_button(
         self, interaction: discord.Interaction[Any], run_id: int, channel_id: str | None
     ) -> None:
-        key = conversation_key(
-            str(interaction.guild_id) if interaction.guild_id else None,
-            channel_id or str(interaction.channel_id),
+        parsed = parse_interaction(interaction_payload(interaction))
+        if not isinstance(parsed, ButtonPress):
+            await interaction.response.send_message(STALE_STOP_TEXT, ephemeral=True)
+            return
+        if await self._refused(interaction, parsed.context):
+            return
+        result = self.runner.stop(
+            parsed.conversation_key, run_id, by=parsed.context.person.author()
         )
-        author = Author(id=str(interaction.user.id), name=interaction.user.display_name)
-        result = self.runner.stop(key, run_id, by=author)
         text = STOPPED_TEXT if result == "stopped" else STALE_STOP_TEXT
         await interaction.response.send_message(text, ephemeral=True)
 
@@ -519,7 +542,7 @@ def interaction_payload(interaction: discord.Interaction[Any]) -> dict[str, Any]
         parent = getattr(channel, "parent_id", None)
         payload["channel"] = {
             "id": str(channel.id),
-            "type": channel.type.value,
+            "type": getattr(channel.type, "value", None),
             "parent_id": str(parent) if parent is not None else None,
         }
     user = _user(interaction.user)

@@ -511,13 +511,20 @@ class DiscordSurface:
 
 
 class DiscordSurfaces:
-    """Surfaces for earlier Discord runs, from their stored `ref` (recovery after a restart)."""
+    """Surfaces for earlier Discord runs, from their stored `ref` (recovery after a restart).
 
-    def __init__(self, client: discord.Client) -> None:
+    The runner is made before the bot that needs it, so the bot `attach`es itself; until then
+    (and for refs of other platforms) there is no surface. Call the runner's `recover()` once
+    the bot has logged in: a surface posts through the bot's connection."""
+
+    def __init__(self, client: discord.Client | None = None) -> None:
+        self._client = client
+
+    def attach(self, client: discord.Client) -> None:
         self._client = client
 
     def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> Surface | None:
-        if ref.get("platform") != PLATFORM:
+        if ref.get("platform") != PLATFORM or self._client is None:
             return None
         channel_id = _int(ref.get("channel_id"))
         if channel_id is None:

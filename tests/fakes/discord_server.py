@@ -118,6 +118,7 @@ class FakeDiscord:
         self.compressions: list[str | None] = []
         self.expired_tokens: set[str] = set()
         self.files: dict[str, tuple[str, bytes]] = {}  # attachment id: (content type, data)
+        self.echo_own_messages = True
         self.url = ""
         self._ids = itertools.count(1)
         self._scripted: list[ScriptedReply] = []
@@ -613,7 +614,15 @@ class FakeDiscord:
     async def _post_message(self, r: RecordedRequest, channel_id: str) -> web.Response:
         if channel_id not in self.channels:
             return _json({"message": "Unknown Channel", "code": 10003}, 404)
-        return _json(self._new_message(channel_id, r))
+        message = self._new_message(channel_id, r)
+        await self._echo(message)
+        return _json(message)
+
+    async def _echo(self, message: dict[str, Any]) -> None:
+        """Discord tells a bot about its own messages too (MESSAGE_CREATE): loop protection
+        must hold against that."""
+        if self.echo_own_messages and self._session is not None:
+            await self.dispatch("MESSAGE_CREATE", message)
 
     async def _get_messages(self, r: RecordedRequest, channel_id: str) -> web.Response:
         limit = int(r.query.get("limit", "50"))
@@ -713,6 +722,7 @@ class FakeDiscord:
         original = interaction.get("original_id")
         if rest in (None, "") and r.method == "POST":
             message = self._new_message(interaction["channel_id"], r, interaction=True)
+            await self._echo(message)
             return _json(message)
         target = re.fullmatch(r"/messages/(@original|\d+)", rest or "")
         if target is None:
@@ -795,6 +805,8 @@ class FakeDiscord:
         }
         if "guild_id" in channel:
             message["guild_id"] = channel["guild_id"]
+        if interaction:  # an interaction's messages are its application's webhook's
+            message["webhook_id"] = self.application_id
         reference = body.get("message_reference")
         if reference:
             message["message_reference"] = reference

@@ -16,9 +16,9 @@ import pytest
 from pydantic import BaseModel
 
 from bots.discord.access import GUILD_TEXT, PERSON_TEXT
-from bots.discord.bot import DISCORD_RULES, TeammateBot
+from bots.discord.bot import DISCORD_RULES, NO_THREADS_TEXT, TeammateBot
 from bots.discord.events import stop_custom_id
-from bots.discord.surface import TOKEN_LIFE_S, WORKING_TEXT
+from bots.discord.surface import TOKEN_LIFE_S, WORKING_TEXT, DiscordSurfaces
 from bots.runner import ConversationRunner
 from bots.settings import DiscordSettings, Settings
 from core.models.scripted import Reply, ScriptedModel, call
@@ -79,11 +79,15 @@ class Teammate:
     started: list[TeammateBot] = field(default_factory=list)
 
     async def start_bot(self) -> TeammateBot:
+        return await self.start_bot_with(None)
+
+    async def start_bot_with(self, surfaces: DiscordSurfaces | None) -> TeammateBot:
         bot = TeammateBot(
             self.runner,
             self.settings,
             edit_interval_s=0.05,
             clock=self.clock,
+            surfaces=surfaces,
             guild_ready_timeout=0.05,
         )
         task = asyncio.create_task(bot.start(BOT_TOKEN))
@@ -421,3 +425,89 @@ async def test_a_thread_of_ours_continues_after_a_restart(teammate: Teammate) ->
     await teammate.fake.dispatch("MESSAGE_CREATE", teammate.fake.message_payload(thread, "more"))
     await teammate.shown(thread, "third answer")
     assert len(teammate.model.requests) == 3
+
+
+async def test_after_a_crash_the_run_is_closed_where_it_was_shown_and_its_stop_is_stale(
+    teammate: Teammate,
+) -> None:
+    teammate.model.add(Reply(tool_calls=[call("gate")]))
+    asked = await teammate.mention("a long job")
+    thread = asked["id"]
+    await teammate.gate.started.wait()
+    head = copy.deepcopy(teammate.fake.channel_messages(thread)[0])
+    (stop_id,) = custom_ids(head)
+    # The process "dies": its bot is gone and its run is left "running" in the store.
+    await teammate.stop_bot()
+    surfaces = DiscordSurfaces()
+    restarted = ConversationRunner(
+        store=teammate.store,
+        settings=teammate.settings,
+        model_factory=lambda _model_id: teammate.model,
+        toolset_factory=lambda _channel: [teammate.gate],
+        platform_rules=DISCORD_RULES,
+        surfaces=surfaces,
+    )
+    old_runner, teammate.runner = teammate.runner, restarted
+    bot = await teammate.start_bot_with(surfaces)
+    (recovered,) = await restarted.recover()
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{thread}"
+    await restarted.wait(key)
+    assert recovered.outcome == "interrupted"
+    shown = teammate.fake.channel_messages(thread)
+    assert shown[0]["content"] == "⚠️ Interrupted" and custom_ids(shown[0]) == []
+    assert "interrupted because Teammate restarted" in shown[-1]["content"]
+    press = teammate.fake.button_press(stop_id, head)
+    await teammate.fake.dispatch("INTERACTION_CREATE", press)
+    callback = rf"/interactions/{press['id']}/.+/callback"
+    await teammate.fake.wait_for(lambda: bool(teammate.fake.requests_to("POST", callback)))
+    answer = teammate.fake.requests_to("POST", callback)[0].json["data"]["content"]
+    assert "already finished" in answer
+    assert bot.is_ready()
+    await old_runner.close()
+
+
+async def test_bots_and_webhooks_are_never_answered_and_own_echoes_start_nothing(
+    teammate: Teammate,
+) -> None:
+    other_bot = user_payload(1_500_000_000_000_000_009, "otherbot", bot=True)
+    await teammate.mention("ping from a bot", author=other_bot)
+    await teammate.mention("from a webhook", webhook_id="1900000000000000001")
+    teammate.model.add(Reply(text="only for people"))
+    person = await teammate.mention("a person asks")
+    await teammate.shown(person["id"], "only for people")
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{person['id']}"
+    await teammate.runner.wait(key)
+    # The fake echoed every message the bot posted back to it over the gateway, as Discord
+    # does; none of them, nor the bot's or the webhook's, reached the model.
+    assert len(teammate.model.requests) == 1
+    threads = teammate.fake.requests_to("POST", r"/channels/\d+/messages/\d+/threads")
+    assert [r.path.split("/")[4] for r in threads] == [person["id"]]
+
+
+async def test_without_permission_to_start_threads_it_says_so_briefly(teammate: Teammate) -> None:
+    teammate.model.add(Reply(text="unused"))
+    missing = {"message": "Missing Permissions", "code": 50013}
+    teammate.fake.fail_next("POST", r"/channels/\d+/messages/\d+/threads", 403, missing)
+    await teammate.mention("hello")
+    await teammate.shown(teammate.general, NO_THREADS_TEXT)
+    teammate.fake.fail_next("POST", r"/channels/\d+/messages/\d+/threads", 403, missing)
+    command = teammate.fake.slash_command("ask", {"prompt": "x"}, channel_id=teammate.general)
+    await teammate.fake.dispatch("INTERACTION_CREATE", command)
+    original = rf"/webhooks/\d+/{re.escape(command['token'])}/messages/@original"
+    await teammate.fake.wait_for(lambda: bool(teammate.fake.requests_to("PATCH", original)))
+    assert teammate.fake.requests_to("PATCH", original)[0].json["content"] == NO_THREADS_TEXT
+    assert teammate.model.requests == []
+
+
+async def test_a_mention_saying_stop_in_the_thread_stops_the_run(teammate: Teammate) -> None:
+    teammate.model.add(Reply(tool_calls=[call("gate")]))
+    asked = await teammate.mention("a long job")
+    thread = asked["id"]
+    await teammate.gate.started.wait()
+    stop = teammate.fake.message_payload(thread, "stop", mention_bot=True)
+    await teammate.fake.dispatch("MESSAGE_CREATE", stop)
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{thread}"
+    await teammate.runner.wait(key)
+    assert teammate.gate.cancelled == 1
+    await teammate.shown(thread, "Stopped.")
+    assert len(teammate.model.requests) == 1  # "stop" was a command, not a message to answer

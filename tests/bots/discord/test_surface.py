@@ -13,8 +13,10 @@ from discord.ext import commands
 
 from bots.discord.events import parse_custom_id
 from bots.discord.surface import (
+    MAX_PARTS_PER_BLOCK,
     MAX_UPLOAD_BYTES,
     MESSAGE_LIMIT,
+    OVERFLOW_TEXT,
     TOKEN_LIFE_S,
     WORKING_TEXT,
     DiscordSurface,
@@ -348,3 +350,22 @@ async def test_a_stopped_run_keeps_what_it_said_and_loses_its_buttons(
     head, note = fake_discord.channel_messages(channel)
     assert head["content"] == "half an ans" and custom_ids(head) == []
     assert note["content"] == "⏹️ Stopped by Ada."
+
+
+async def test_a_huge_answer_is_not_a_wall_of_messages_but_an_attached_file(
+    ready_bot: commands.Bot, fake_discord: FakeDiscord
+) -> None:
+    channel = general(fake_discord)
+    surface = surface_in(ready_bot, channel)
+    answer = "\n\n".join(f"Paragraph {i}: " + "words " * 60 for i in range(200))  # ~75,000 chars
+    await surface.emit(RunStarted(key(channel), RUN, ADA))
+    await stream(surface, answer, chunk=5_000)
+    await surface.emit(finished(channel, answer))
+    await surface.close()
+    shown = fake_discord.channel_messages(channel)
+    texts = [m for m in shown if m["content"]]
+    assert len(texts) == MAX_PARTS_PER_BLOCK
+    assert texts[-1]["content"] == OVERFLOW_TEXT
+    (file_message,) = [m for m in shown if m["attachments"]]
+    assert file_message["attachments"][0]["filename"] == "answer.md"
+    assert file_message["attachments"][0]["data"] == answer
