@@ -90,7 +90,8 @@ _DELIVER = """
     ), known AS (
         SELECT i.id, i.state, i.body, i.author_id, i.author_name, i.platform_message_id, w.n
         FROM inbox i JOIN wanted w ON w.id = i.id
-        WHERE i.conversation_id = $1 FOR UPDATE OF i
+        WHERE i.conversation_id = $1
+        ORDER BY i.id FOR UPDATE OF i  -- one lock order for every deliverer: no deadlock
     ), ok AS (
         SELECT (SELECT count(*) FROM known) = cardinality($2::bigint[]) AS all_known
     ), todo AS (

@@ -14,7 +14,14 @@ import pytest
 from bots.app import open_store
 from bots.settings import Settings
 from core.messages import Author, UserMessage
-from storage.base import LeaseLost, NewInboxItem, Notification, SchemaError, StopRequest
+from storage.base import (
+    LeaseLost,
+    NewInboxItem,
+    Notification,
+    Resync,
+    SchemaError,
+    StopRequest,
+)
 from storage.postgres import PostgresStore, redact_url
 from storage.postgres_migrations import MIGRATIONS
 from tests.bots.test_cli import cli_env, teammate
@@ -248,3 +255,22 @@ async def test_instances_hear_of_each_others_inbox_items_and_stops_never_their_o
         # B heard nothing of its own: the first thing it hears is A's.
         await a.publish_stop(KEY, None)
         assert await next_notice(b_notices) == StopRequest(KEY, None, None, None)
+
+
+async def test_a_dropped_listening_connection_is_remade_and_says_to_resync(pg_url: str) -> None:
+    async with PostgresStore.open(pg_url) as a, PostgresStore.open(pg_url) as b:
+        notices = a.notifications()
+        admin = await asyncpg.connect(pg_url)
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE query = $1 AND pid <> pg_backend_pid()",
+                f'LISTEN "{a._instances.channel}"',
+            )
+        finally:
+            await admin.close()
+        assert killed == 2  # both stores listen on this schema's channel
+        assert await next_notice(notices) == Resync()
+        # Listening again: what B sends now reaches A.
+        await b.publish_stop(KEY, 1)
+        assert await next_notice(notices) == StopRequest(KEY, 1, None, None)
