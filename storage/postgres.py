@@ -50,6 +50,7 @@ from storage.base import (
     RunRecord,
     StoredMessage,
 )
+from storage.postgres_batch import AppendBatcher
 from storage.postgres_instances import Instances
 from storage.postgres_migrations import MIGRATIONS, PgMigration, inspect, migrate
 
@@ -105,6 +106,8 @@ class PostgresStore:
         # Use `open()`: it creates the pool, checks the schema and migrates.
         self._pool = pool
         self._instances = Instances(pool, url, schema, lease_ttl_s)
+        # Half the pool at most for appends, so other calls always find a connection.
+        self._appends = AppendBatcher(pool, max_in_flight=max(1, pool.get_max_size() // 2))
         self._url = url
         self._clock = clock
         self._schema = schema
@@ -195,6 +198,7 @@ class PostgresStore:
         self._closed = True
         if self._inflight:
             await asyncio.wait(list(self._inflight))
+        await self._appends.wait()
         await self._instances.close()
         await self._pool.close()
 
@@ -310,14 +314,14 @@ class PostgresStore:
         now = self._clock()
         charge = usage if usage is not None and usage.total_tokens > 0 else None
 
-        async def body(connection: asyncpg.Connection) -> StoredMessage:
-            # An unknown run is a KeyError (the message's foreign key), as from record_usage.
-            seq = await rows.append_many(
-                connection, conversation_id, pair, run_id, now, charge, model
-            )
-            return StoredMessage(seq=seq, message=message)
-
-        return await self._call(body)
+        if self._closed:
+            raise RuntimeError(f"the store for {self.url} is closed")
+        # Grouped with other appends while the database is busy (`postgres_batch`); an
+        # unknown run is a KeyError (the message's foreign key), as from record_usage.
+        appended = self._appends.append(
+            conversation_id, message, pair[0][1], run_id, now, charge, model
+        )
+        return StoredMessage(seq=await asyncio.shield(appended), message=message)
 
     async def load(self, conversation_id: int) -> LoadedConversation:
         """The conversation, its latest compaction and every message after it: ONE
