@@ -311,6 +311,8 @@ class ConversationRunner:
                     busy.add(run.conversation_id)
                     continue
                 leased.add(run.conversation_id)
+                if run.id not in {r.id for r in await self.store.running_runs()}:
+                    continue  # another survivor recovered it before this one got the lease
             elif owner_alive(run.owner):
                 busy.add(run.conversation_id)
                 continue

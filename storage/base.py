@@ -1,9 +1,11 @@
 """The store's contract: what the runner may ask of persisted conversations.
 
-Owns: the `ConversationStore` protocol and the records it returns. Every backend (SQLite now;
-PostgreSQL could follow as another module) implements this protocol, so callers never change.
-Records carry `core` messages, never rows; nothing outside `storage/` writes SQL. The contract
-and the inbox flow are described in docs/architecture.md ("The contracts", "The runner").
+Owns: the `ConversationStore` protocol and the records it returns, and `InstanceCoordination`
+(leases and notifications when several instances share a database; `SingleProcess` for a store
+one process owns). Every backend (`sqlite`, `postgres`) implements the protocol, so callers
+never change. Records carry `core` messages, never rows; nothing outside `storage/` writes
+SQL. The contract and the inbox flow are described in docs/architecture.md ("The contracts",
+"The runner", "Several instances").
 
 Must not: import `tools` or `bots`.
 """

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from core.messages import Message, Usage, dump_message
+from core.messages import Message, Usage, UserMessage, dump_message
 from storage import postgres_rows as rows
 from storage.base import (
     Accepted,
@@ -50,6 +50,7 @@ from storage.base import (
     RunRecord,
     StoredMessage,
 )
+from storage.postgres_batch import AppendBatcher
 from storage.postgres_instances import Instances
 from storage.postgres_migrations import MIGRATIONS, PgMigration, inspect, migrate
 
@@ -105,6 +106,8 @@ class PostgresStore:
         # Use `open()`: it creates the pool, checks the schema and migrates.
         self._pool = pool
         self._instances = Instances(pool, url, schema, lease_ttl_s)
+        # Half the pool at most for appends, so other calls always find a connection.
+        self._appends = AppendBatcher(pool, max_in_flight=max(1, pool.get_max_size() // 2))
         self._url = url
         self._clock = clock
         self._schema = schema
@@ -195,6 +198,7 @@ class PostgresStore:
         self._closed = True
         if self._inflight:
             await asyncio.wait(list(self._inflight))
+        await self._appends.wait()
         await self._instances.close()
         await self._pool.close()
 
@@ -302,51 +306,39 @@ class PostgresStore:
         model: str | None = None,
     ) -> StoredMessage:
         """Append `message` as the conversation's next seq; committed when this returns.
-        With `usage` (needing `run_id`): its ledger entry in the same transaction (nothing
-        for a reply that used no tokens)."""
+        With `usage` (needing `run_id`): its ledger entry in the same statement (nothing for
+        a reply that used no tokens)."""
         if usage is not None and run_id is None:
             raise ValueError("usage is recorded against a run: give run_id")
         pair = [(message, dump_message(message).decode())]
         now = self._clock()
-        charge = usage is not None and usage.total_tokens > 0
+        charge = usage if usage is not None and usage.total_tokens > 0 else None
 
-        async def body(connection: asyncpg.Connection) -> StoredMessage:
-            if charge:  # first: an unknown run is a KeyError, as from record_usage
-                assert usage is not None and run_id is not None
-                await _record_usage(connection, run_id, usage, model, now)
-            seq = await rows.append_many(connection, conversation_id, pair, run_id, now)
-            return StoredMessage(seq=seq, message=message)
-
-        return await self._call(body, transaction=charge)
+        if self._closed:
+            raise RuntimeError(f"the store for {self.url} is closed")
+        # Grouped with other appends while the database is busy (`postgres_batch`); an
+        # unknown run is a KeyError (the message's foreign key), as from record_usage.
+        appended = self._appends.append(
+            conversation_id, message, pair[0][1], run_id, now, charge, model
+        )
+        return StoredMessage(seq=await asyncio.shield(appended), message=message)
 
     async def load(self, conversation_id: int) -> LoadedConversation:
-        """The conversation, its latest compaction and every message after it: one snapshot."""
+        """The conversation, its latest compaction and every message after it: ONE
+        statement, so one snapshot."""
 
         async def body(connection: asyncpg.Connection) -> LoadedConversation:
-            row = await connection.fetchrow(
-                f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE id = $1",
-                conversation_id,
-            )
+            row = await connection.fetchrow(rows.LOAD, conversation_id)
             if row is None:
                 raise KeyError(f"no conversation with id {conversation_id}")
-            latest = await connection.fetchrow(
-                "SELECT id, summary, up_to_seq, details, created_at FROM compactions "
-                "WHERE conversation_id = $1 ORDER BY id DESC LIMIT 1",
-                conversation_id,
+            compaction = (
+                None if row[7] is None else rows.compaction_from(conversation_id, row[7:12])
             )
-            compaction = None if latest is None else rows.compaction_from(conversation_id, latest)
-            after = compaction.up_to_seq if compaction else 0
-            found = await connection.fetch(
-                "SELECT seq, body FROM messages WHERE conversation_id = $1 AND seq > $2 "
-                "ORDER BY seq",
-                conversation_id,
-                after,
-            )
+            found = list(zip(row[12] or (), row[13] or (), strict=True))
             conversation = rows.conversation_from(row)
             return LoadedConversation(conversation, compaction, rows.stored_messages(found))
 
-        # Repeatable read: the three reads see one moment, as on SQLite.
-        return await self._call(_snapshot(body))
+        return await self._call(body)
 
     async def messages_after(self, conversation_id: int, seq: int) -> list[StoredMessage]:
         """Messages with a seq greater than `seq`, in order (none for an unknown id)."""
@@ -417,45 +409,42 @@ class PostgresStore:
         ref_json = rows.dump_json(surface_ref or {})
         earlier = [(m, dump_message(m).decode()) for m in backfill]
 
+        author_id = author_name = platform_id = None
+        if isinstance(message, UserMessage):
+            platform_id = message.platform_message_id
+            if message.author is not None:
+                author_id, author_name = message.author.id, message.author.name
+
         async def body(connection: asyncpg.Connection) -> Accepted | None:
-            if delivery_id is not None and not await _claim(connection, delivery_id, now):
-                return None
-            # Locks the conversation's row until commit: a second first message waits here,
-            # then sees this one's inbox item below (a later statement, a later snapshot).
+            # One statement: claim, get or create (the upsert locks the conversation's row,
+            # so a concurrent first message waits and then finds `accepted` > 0), queue, and
+            # notify the other instances on commit.
             row = await connection.fetchrow(
-                "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
-                "VALUES ($1, $2, $3, $4, $4) "
-                "ON CONFLICT (key) DO UPDATE SET key = conversations.key "
-                f"RETURNING {rows.CONVERSATION_COLUMNS}, last_seq",
-                conversation_key,
-                channel_key,
-                title,
-                now,
-            )
-            assert row is not None
-            conversation = rows.conversation_from(row)
-            # New means nothing was ever said here: no history and nothing accepted before.
-            added = await connection.fetchrow(
-                "WITH earlier AS (SELECT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = $1)"
-                " AS seen) "
-                "INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at) "
-                "VALUES ($1, $2, $3, $4::jsonb, $5) RETURNING id, (SELECT seen FROM earlier), "
-                + self._instances.inbox_notify_sql("$6", "$1", "$7", "$8"),
-                conversation.id,
+                rows.ACCEPT
+                + ", "
+                + self._instances.inbox_notify_sql("$11", "conv.id", "$5", "item.id", "$12"),
                 delivery_id,
                 body_json,
                 ref_json,
                 now,
-                self._instances.channel,
                 conversation_key,
+                channel_key,
+                title,
+                author_id,
+                author_name,
+                platform_id,
+                self._instances.channel,
                 self._instances.instance_id,
             )
-            assert added is not None
-            created = int(row[7]) == 0 and not added[1]
+            if row is None:
+                return None  # a repeated delivery: nothing was written
+            conversation = rows.conversation_from(row)
+            # New means nothing was ever said here: no history and nothing accepted before.
+            created = int(row[7]) == 0 and int(row[8]) == 1
             if created and earlier:
                 await rows.append_many(connection, conversation.id, earlier, None, now)
             item = InboxItem(
-                id=int(added[0]),
+                id=int(row[9]),
                 conversation_id=conversation.id,
                 message=message,
                 surface_ref=json.loads(ref_json),
@@ -463,7 +452,8 @@ class PostgresStore:
             )
             return Accepted(conversation=conversation, item=item, created=created)
 
-        accepted = await self._call(body, transaction=True)
+        # A backfill is a second statement, so then (only) a transaction.
+        accepted = await self._call(body, transaction=bool(earlier))
         if accepted is not None:  # committed: its id is final
             if len(self._accepted) >= _ACCEPTED_KEPT:
                 del self._accepted[next(iter(self._accepted))]
@@ -513,15 +503,19 @@ class PostgresStore:
         self, conversation_id: int, item_ids: Sequence[int], *, run_id: int | None = None
     ) -> list[StoredMessage]:
         """Append the pending items' messages to history in the order given and mark them
-        delivered, in one transaction; items already settled are skipped."""
-        ids = list(item_ids)
+        delivered, in one statement; items already settled are skipped."""
+        ids = list(dict.fromkeys(item_ids))  # an id given twice is delivered once
         now = self._clock()
         known = self._known(conversation_id, ids)
 
         async def body(connection: asyncpg.Connection) -> list[StoredMessage]:
-            return await rows.deliver_items(connection, conversation_id, ids, known, run_id, now)
+            try:
+                row = await connection.fetchrow(rows.DELIVER, conversation_id, ids, now, run_id)
+            except asyncpg.ForeignKeyViolationError:
+                raise KeyError(f"no run with id {run_id}") from None
+            return rows.delivered(conversation_id, row, known)
 
-        stored = await self._call(body, transaction=True)
+        stored = await self._call(body) if ids else []
         self._forget(ids)
         return stored
 
@@ -568,10 +562,43 @@ class PostgresStore:
         now = self._clock()
         surface_json = rows.dump_json(surface_ref or {})
         owner_json = rows.dump_json(owner or {})
-        ids = list(deliver)
+        ids = list(dict.fromkeys(deliver))
         known = self._known(conversation_id, ids)
 
+        def record(run_id: int, key: str, run_channel: str | None) -> RunRecord:
+            # A new run has no ledger entries yet: its usage is zero without asking.
+            return RunRecord(
+                id=run_id,
+                conversation_id=conversation_id,
+                conversation_key=key,
+                outcome="running",
+                started_at=now,
+                finished_at=None,
+                user_id=user_id,
+                channel_key=run_channel,
+                model=model,
+                usage=Usage(),
+                error=None,
+                surface_ref=json.loads(surface_json),
+                owner=json.loads(owner_json),
+            )
+
         async def body(connection: asyncpg.Connection) -> RunRecord:
+            if ids:  # the run and its first messages: one statement
+                row = await connection.fetchrow(
+                    rows.START_RUN_DELIVERING,
+                    conversation_id,
+                    ids,
+                    now,
+                    user_id,
+                    channel_key,
+                    model,
+                    surface_json,
+                    owner_json,
+                )
+                rows.delivered(conversation_id, row, known)
+                assert row is not None
+                return record(int(row[1]), str(row[3]), row[2])
             row = await connection.fetchrow(
                 "INSERT INTO runs (conversation_id, outcome, started_at, user_id, channel_key, "
                 "model, surface_ref, owner) "
@@ -588,28 +615,11 @@ class PostgresStore:
             )
             if row is None:
                 raise KeyError(f"no conversation with id {conversation_id}")
-            if ids:
-                await rows.deliver_items(connection, conversation_id, ids, known, int(row[0]), now)
-            # A new run has no ledger entries yet: its usage is zero without asking.
-            return RunRecord(
-                id=int(row[0]),
-                conversation_id=conversation_id,
-                conversation_key=str(row[2]),
-                outcome="running",
-                started_at=now,
-                finished_at=None,
-                user_id=user_id,
-                channel_key=row[1],
-                model=model,
-                usage=Usage(),
-                error=None,
-                surface_ref=json.loads(surface_json),
-                owner=json.loads(owner_json),
-            )
+            return record(int(row[0]), str(row[2]), row[1])
 
-        record = await self._call(body, transaction=bool(ids))
+        started = await self._call(body)
         self._forget(ids)
-        return record
+        return started
 
     async def finish_run(
         self, run_id: int, outcome: RunOutcome, *, error: str | None = None
@@ -621,19 +631,12 @@ class PostgresStore:
         now = self._clock()
 
         async def body(connection: asyncpg.Connection) -> RunRecord:
-            await connection.execute(
-                "UPDATE runs SET outcome = $1, error = $2, finished_at = $3, "
-                "(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
-                f"= (SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE run_id = $4) "
-                "WHERE id = $4 AND outcome = 'running'",
-                outcome,
-                error,
-                now,
-                run_id,
-            )
-            return await rows.run_by_id(connection, run_id)
+            row = await connection.fetchrow(rows.FINISH_RUN, outcome, error, now, run_id)
+            if row is None:  # finished already (the first finish wins), or unknown
+                return await rows.run_by_id(connection, run_id)
+            return rows.run_record(row)
 
-        return await self._call(body, transaction=True)
+        return await self._call(body)
 
     async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
         """Replace where a run is shown, so that recovery after a restart can edit it."""
@@ -807,16 +810,6 @@ async def _record_usage(
     )
     if added is None:
         raise KeyError(f"no run with id {run_id}")
-
-
-def _snapshot(body: Body[T]) -> Body[T]:
-    """`body` in a read-only repeatable-read transaction: all its reads see one moment."""
-
-    async def in_snapshot(connection: asyncpg.Connection) -> T:
-        async with connection.transaction(isolation="repeatable_read", readonly=True):
-            return await body(connection)
-
-    return in_snapshot
 
 
 def _settled(inflight: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:

@@ -118,12 +118,15 @@ class Instances:
 
     # --- notifications --------------------------------------------------------------------
 
-    def inbox_notify_sql(self, channel: str, conversation: str, key: str, sender: str) -> str:
-        """`pg_notify(...)` of a `NewInboxItem` notice, for an inbox INSERT's RETURNING; the
-        arguments name the statement's parameters (e.g. "$6")."""
+    def inbox_notify_sql(
+        self, channel: str, conversation: str, key: str, item: str, sender: str
+    ) -> str:
+        """`pg_notify(...)` of a `NewInboxItem` notice, for the accepting statement; the
+        arguments are SQL expressions (parameters such as "$6", or columns)."""
         return (
             f"pg_notify({channel}, json_build_object('kind', 'inbox', 'conversation_id', "
-            f"{conversation}, 'key', {key}::text, 'item_id', id, 'from', {sender}::text)::text)"
+            f"{conversation}, 'key', {key}::text, 'item_id', {item}, 'from', {sender}::text)"
+            "::text)"
         )
 
     async def publish_stop(

@@ -166,6 +166,19 @@ MIGRATIONS: list[PgMigration] = [
         CREATE INDEX conversation_leases_holder ON conversation_leases (holder);
         """,
     ),
+    PgMigration(
+        "m003_single_statement_inbox",
+        # Lets accepting and delivering be one statement each: `accepted` counts inbox items
+        # ever accepted (a first message is the one that finds it 0 under the row lock), and
+        # the inbox keeps the columns a delivered message gets in `messages`.
+        """
+        ALTER TABLE conversations ADD COLUMN accepted BIGINT NOT NULL DEFAULT 0;
+        UPDATE conversations c
+            SET accepted = (SELECT count(*) FROM inbox i WHERE i.conversation_id = c.id);
+        ALTER TABLE inbox ADD COLUMN author_id TEXT, ADD COLUMN author_name TEXT,
+            ADD COLUMN platform_message_id TEXT;
+        """,
+    ),
 ]
 
 

@@ -54,9 +54,11 @@ RUN_SELECT = f"""
 """
 
 # Appends messages as the conversation's next seqs in one statement: bumps `last_seq` by
-# how many (a row lock that orders concurrent appends) and inserts them in the order given.
-# $1 conversation, $2 run, $3 now, $4.. one array per column. Returns the first new seq.
-APPEND_MANY = """
+# how many (a row lock that orders concurrent appends) and inserts them in the order given;
+# with `$10` true, also one usage ledger entry for run `$2` (a model reply's), only if the
+# conversation exists. $1 conversation, $2 run, $3 now, $4..$8 one array per column, $9 the
+# reply's model, $10 charge?, $11..$15 tokens and cost. Returns the first new seq.
+APPEND = """
     WITH c AS (
         UPDATE conversations SET last_seq = last_seq + cardinality($4::text[]), updated_at = $3
         WHERE id = $1 RETURNING last_seq - cardinality($4::text[]) AS base
@@ -67,9 +69,140 @@ APPEND_MANY = """
                u.body
         FROM c, unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
             WITH ORDINALITY AS u (role, author_id, author_name, platform_id, body, n)
+    ), u AS (
+        INSERT INTO usage_ledger (run_id, conversation_id, user_id, channel_key, model, at,
+            input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd)
+        SELECT id, conversation_id, user_id, channel_key, COALESCE($9, model), $3, $11, $12,
+               $13, $14, $15
+        FROM runs WHERE id = $2 AND $10::boolean AND EXISTS (SELECT 1 FROM c)
     )
     SELECT base + 1 FROM c
 """
+
+# Delivers inbox items `$2` (distinct ids, in the loop's order) to history in ONE statement:
+# locks them (two instances delivering one item deliver it once), skips settled ones, and
+# writes nothing unless every id is conversation `$1`'s. `{run}` is `$4` (a known run) or, for
+# `start_run`, the run this very statement records. Answers: all known?, the run id, the
+# run's channel, the conversation's key, the first new seq, delivered ids and their bodies.
+_DELIVER = """
+    WITH wanted AS (
+        SELECT w.id, w.n FROM unnest($2::bigint[]) WITH ORDINALITY AS w (id, n)
+    ), known AS (
+        SELECT i.id, i.state, i.body, i.author_id, i.author_name, i.platform_message_id, w.n
+        FROM inbox i JOIN wanted w ON w.id = i.id
+        WHERE i.conversation_id = $1
+        ORDER BY i.id FOR UPDATE OF i  -- one lock order for every deliverer: no deadlock
+    ), ok AS (
+        SELECT (SELECT count(*) FROM known) = cardinality($2::bigint[]) AS all_known
+    ), todo AS (
+        SELECT k.*, row_number() OVER (ORDER BY k.n) AS k FROM known k
+        WHERE k.state = 'pending'
+    ){run_cte}, c AS (
+        UPDATE conversations SET last_seq = last_seq + (SELECT count(*) FROM todo),
+            updated_at = $3
+        WHERE id = $1 AND (SELECT all_known FROM ok) AND EXISTS (SELECT 1 FROM todo)
+        RETURNING last_seq - (SELECT count(*) FROM todo) AS base
+    ), m AS (
+        INSERT INTO messages (conversation_id, seq, role, author_id, author_name,
+                              platform_message_id, run_id, created_at, body)
+        SELECT $1, c.base + t.k, 'user', t.author_id, t.author_name, t.platform_message_id,
+               {run}, $3, t.body
+        FROM c, todo t
+    ), d AS (
+        UPDATE inbox SET state = 'delivered', body = NULL, settled_at = $3, seq = c.base + t.k,
+            run_id = {run}
+        FROM c, todo t WHERE inbox.id = t.id
+    )
+    SELECT (SELECT all_known FROM ok), {run}, {run_channel},
+           (SELECT key FROM conversations WHERE id = $1), (SELECT base FROM c),
+           array(SELECT t.id FROM todo t ORDER BY t.k),
+           array(SELECT t.body FROM todo t ORDER BY t.k)
+"""
+DELIVER = _DELIVER.format(run_cte="", run="$4::bigint", run_channel="NULL::text")
+# $4 user, $5 channel (NULL: the conversation's), $6 model, $7 surface_ref, $8 owner.
+START_RUN_DELIVERING = _DELIVER.format(
+    run_cte=""", r AS (
+        INSERT INTO runs (conversation_id, outcome, started_at, user_id, channel_key, model,
+                          surface_ref, owner)
+        SELECT id, 'running', $3, $4, COALESCE($5, channel_key), $6, $7::jsonb, $8::jsonb
+        FROM conversations WHERE id = $1 AND (SELECT all_known FROM ok)
+        RETURNING id, channel_key
+    )""",
+    run="(SELECT id FROM r)",
+    run_channel="(SELECT channel_key FROM r)",
+)
+
+
+# A conversation, its latest compaction and the messages after it (seqs and bodies as
+# arrays), in one statement.
+LOAD = f"""
+    SELECT c.{CONVERSATION_COLUMNS.replace(", ", ", c.")},
+           k.id, k.summary, k.up_to_seq, k.details, k.created_at, m.seqs, m.bodies
+    FROM conversations c
+    LEFT JOIN LATERAL (
+        SELECT id, summary, up_to_seq, details, created_at FROM compactions
+        WHERE conversation_id = c.id ORDER BY id DESC LIMIT 1
+    ) k ON true
+    LEFT JOIN LATERAL (
+        SELECT array_agg(seq ORDER BY seq) AS seqs, array_agg(body ORDER BY seq) AS bodies
+        FROM messages WHERE conversation_id = c.id AND seq > COALESCE(k.up_to_seq, 0)
+    ) m ON true
+    WHERE c.id = $1
+"""
+
+
+# Accepts a message in one statement: $1 delivery id (NULL: none), $2 body, $3 surface_ref,
+# $4 now, $5 key, $6 channel, $7 title, $8..$10 author id, name, platform id. No row: the
+# delivery was a repeat. The caller appends `, pg_notify(...)` to the final SELECT list
+# (evaluated once, for the one row, only if something was accepted).
+ACCEPT = f"""
+    WITH claim AS (
+        INSERT INTO deliveries (id, claimed_at) SELECT $1::text, $4 WHERE $1::text IS NOT NULL
+        ON CONFLICT DO NOTHING RETURNING true
+    ), conv AS (
+        INSERT INTO conversations (key, channel_key, title, created_at, updated_at, accepted)
+        SELECT $5, $6, $7, $4, $4, 1 WHERE $1::text IS NULL OR EXISTS (SELECT 1 FROM claim)
+        ON CONFLICT (key) DO UPDATE SET accepted = conversations.accepted + 1
+        RETURNING {CONVERSATION_COLUMNS}, last_seq, accepted
+    ), item AS (
+        INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at,
+                           author_id, author_name, platform_message_id)
+        SELECT conv.id, $1, $2, $3::jsonb, $4, $8, $9, $10 FROM conv
+        RETURNING id
+    )
+    SELECT conv.*, item.id FROM conv, item
+"""
+
+
+# Closes a running run, totalling its usage from the ledger: a `RUN_SELECT`-shaped row, or
+# none if it was not running. $1 outcome, $2 error, $3 now, $4 run.
+FINISH_RUN = f"""
+    UPDATE runs r SET outcome = $1, error = $2, finished_at = $3,
+        (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd)
+        = (SELECT {USAGE_SUMS} FROM usage_ledger WHERE run_id = $4)
+    FROM conversations c
+    WHERE r.id = $4 AND r.outcome = 'running' AND c.id = r.conversation_id
+    RETURNING r.id, r.conversation_id, c.key, r.outcome, r.started_at, r.finished_at,
+              r.user_id, r.channel_key, r.model, r.error, r.surface_ref, r.owner,
+              r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens,
+              r.cost_usd
+"""
+
+
+def delivered(
+    conversation_id: int, row: Sequence[Any] | None, known: dict[int, Message]
+) -> list[StoredMessage]:
+    """The messages a `DELIVER`/`START_RUN_DELIVERING` row says were delivered; KeyError if
+    some item was not the conversation's (then nothing was written)."""
+    if row is None or row[3] is None:
+        raise KeyError(f"no conversation with id {conversation_id}")
+    if not row[0]:
+        raise KeyError(f"unknown inbox items in conversation {conversation_id}")
+    ids, bodies, base = row[5], row[6], row[4]
+    return [
+        StoredMessage(seq=int(base) + 1 + n, message=known.get(int(i)) or load_message(body))
+        for n, (i, body) in enumerate(zip(ids, bodies, strict=True))
+    ]
 
 
 def dump_json(value: dict[str, Any]) -> str:
@@ -77,7 +210,7 @@ def dump_json(value: dict[str, Any]) -> str:
 
 
 def columns_of(messages: Sequence[tuple[Message, str]]) -> list[list[str | None]]:
-    """`APPEND_MANY`'s column arrays for `(message, its JSON)` pairs."""
+    """`APPEND`'s column arrays for `(message, its JSON)` pairs."""
     roles: list[str | None] = []
     author_ids: list[str | None] = []
     author_names: list[str | None] = []
@@ -103,65 +236,32 @@ async def append_many(
     messages: Sequence[tuple[Message, str]],
     run_id: int | None,
     now: float,
+    usage: Usage | None = None,
+    model: str | None = None,
 ) -> int:
-    """Append `(message, JSON)` pairs as the next seqs; return the first one's seq."""
+    """Append `(message, JSON)` pairs as the next seqs (with `usage`: its ledger entry for
+    `run_id` in the same statement); return the first one's seq."""
+    charge = usage or Usage()
     try:
         first = await connection.fetchval(
-            APPEND_MANY, conversation_id, run_id, now, *columns_of(messages)
+            APPEND,
+            conversation_id,
+            run_id,
+            now,
+            *columns_of(messages),
+            model,
+            usage is not None,
+            charge.input,
+            charge.output,
+            charge.cache_read,
+            charge.cache_write,
+            charge.cost,
         )
     except asyncpg.ForeignKeyViolationError:
         raise KeyError(f"no run with id {run_id}") from None
     if first is None:
         raise KeyError(f"no conversation with id {conversation_id}")
     return int(first)
-
-
-async def deliver_items(
-    connection: asyncpg.Connection,
-    conversation_id: int,
-    item_ids: Sequence[int],
-    known: dict[int, Message],
-    run_id: int | None,
-    now: float,
-) -> list[StoredMessage]:
-    """Append pending inbox items to history in the order given and mark them delivered;
-    settled ones are skipped. The items are locked first, so two instances delivering the
-    same item deliver it once. KeyError (nothing written) unless every item is this
-    conversation's. `known`: messages already in memory, so they are not parsed again.
-    Runs inside the caller's transaction."""
-    order = list(dict.fromkeys(item_ids))  # an id given twice is delivered once
-    if not order:
-        return []
-    found = await connection.fetch(
-        "SELECT id, state, body FROM inbox WHERE id = ANY($1::bigint[]) AND conversation_id = $2 "
-        "FOR UPDATE",
-        order,
-        conversation_id,
-    )
-    rows = {int(row[0]): row for row in found}
-    for item_id in order:
-        if item_id not in rows:
-            raise KeyError(f"no inbox item {item_id} in conversation {conversation_id}")
-    todo = [item_id for item_id in order if rows[item_id][1] == "pending"]
-    if not todo:
-        return []
-    pairs = [(known.get(i) or load_message(rows[i][2]), str(rows[i][2])) for i in todo]
-    first = await connection.fetchval(
-        APPEND_MANY.replace(
-            "SELECT base + 1 FROM c",
-            ", i AS (UPDATE inbox SET state = 'delivered', body = NULL, settled_at = $3, "
-            "seq = c.base + d.n, run_id = $2 FROM c, unnest($9::bigint[]) WITH ORDINALITY "
-            "AS d (id, n) WHERE inbox.id = d.id) SELECT base + 1 FROM c",
-        ),
-        conversation_id,
-        run_id,
-        now,
-        *columns_of(pairs),
-        todo,
-    )
-    if first is None:
-        raise KeyError(f"no conversation with id {conversation_id}")
-    return [StoredMessage(seq=int(first) + n, message=m) for n, (m, _) in enumerate(pairs)]
 
 
 def conversation_from(row: Sequence[Any]) -> Conversation:

@@ -12,12 +12,12 @@ from pydantic import BaseModel
 
 from bots.runner import QUEUED_TEXT, ConversationRunner
 from bots.settings import Settings
-from core.messages import Message, UserMessage
+from core.messages import AssistantMessage, Author, Message, UserMessage
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
-from storage.base import ConversationStore
+from storage.base import ConversationStore, RunRecord
 from storage.postgres import PostgresStore
-from tests.bots.runner_helpers import BOB, KEY, incoming
+from tests.bots.runner_helpers import BOB, CHANNEL, KEY, incoming
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
 
 LIMIT_S = 30.0  # a hang guard, not a speed check
@@ -52,6 +52,10 @@ def said(message: Message) -> str:
 
 def user_lines(messages: Sequence[Message]) -> list[str]:
     return [said(m) for m in messages if isinstance(m, UserMessage)]
+
+
+def incoming_message(text: str) -> UserMessage:
+    return UserMessage(content=text, author=Author(id="U1", name="Ada"), timestamp=1.0)
 
 
 def make_runner(
@@ -169,3 +173,66 @@ async def test_a_message_for_a_conversation_nobody_runs_is_answered_where_it_arr
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_dead_instances_run_is_recovered_and_announced_once_by_one_survivor(
+    pg_url: str, tmp_path: Path
+) -> None:
+    ada = {"surface": "recording", "name": "ada"}
+    dead = await PostgresStore.open(pg_url, lease_ttl_s=0.5)
+    accepted = await dead.accept_delivery(
+        KEY, incoming_message("question"), channel_key=CHANNEL, delivery_id="e1", surface_ref=ada
+    )
+    assert accepted is not None
+    conversation_id = accepted.conversation.id
+    assert await dead.acquire_lease(conversation_id)
+    run = await dead.start_run(
+        conversation_id, owner={"host": "elsewhere", "pid": 1}, surface_ref=ada,
+        deliver=[accepted.item.id],
+    )  # fmt: skip
+    await dead.append_message(
+        conversation_id, AssistantMessage(content=[call("gate")]), run_id=run.id
+    )
+    later = await dead.accept_delivery(
+        KEY, incoming_message("still there?"), channel_key=CHANNEL, delivery_id="e2"
+    )
+    assert later is not None
+    # It dies: no more heartbeats, and (unlike a clean close) its lease is not handed back.
+    dead._instances._held.clear()
+    await dead.close()
+
+    models = [ScriptedModel([Reply(text="answered")]) for _ in range(2)]
+    surfaces = [RecordingSurfaces() for _ in range(2)]
+    async with PostgresStore.open(pg_url) as one, PostgresStore.open(pg_url) as two:
+        survivors = [
+            make_runner(store, tmp_path / str(n), models[n], (), surfaces[n])
+            for n, store in enumerate((one, two))
+        ]
+        try:
+            recovered: list[list[RunRecord]] = []
+            for _ in range(int(LIMIT_S / 0.05)):  # until the dead instance's lease expires
+                recovered = list(await asyncio.gather(*(s.recover() for s in survivors)))
+                if any(recovered):
+                    break
+                await asyncio.sleep(0.05)
+            assert sorted(len(r) for r in recovered) == [0, 1]
+            [record] = [r for found in recovered for r in found]
+            assert record.id == run.id and record.outcome == "interrupted"
+            for survivor in survivors:
+                await asyncio.wait_for(survivor.wait(KEY), LIMIT_S)
+            # A second look finds nothing more to recover, anywhere.
+            assert [await s.recover() for s in survivors] == [[], []]
+
+            shown = [
+                event
+                for made in surfaces
+                for _key, _ref, surface in made.made
+                for event in surface.finished()
+            ]
+            assert [e.outcome for e in shown].count("interrupted") == 1
+            assert sum(len(m.requests) for m in models) == 1  # the pending message, once
+            history_roles = [m.role for m in await history(one)]
+            assert history_roles == ["user", "assistant", "tool_result", "user", "assistant"]
+        finally:
+            for survivor in survivors:
+                await survivor.close()

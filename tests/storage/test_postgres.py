@@ -13,8 +13,15 @@ import pytest
 
 from bots.app import open_store
 from bots.settings import Settings
-from core.messages import Author, UserMessage
-from storage.base import LeaseLost, NewInboxItem, Notification, SchemaError, StopRequest
+from core.messages import AssistantMessage, Author, Text, Usage, UserMessage
+from storage.base import (
+    LeaseLost,
+    NewInboxItem,
+    Notification,
+    Resync,
+    SchemaError,
+    StopRequest,
+)
 from storage.postgres import PostgresStore, redact_url
 from storage.postgres_migrations import MIGRATIONS
 from tests.bots.test_cli import cli_env, teammate
@@ -248,3 +255,54 @@ async def test_instances_hear_of_each_others_inbox_items_and_stops_never_their_o
         # B heard nothing of its own: the first thing it hears is A's.
         await a.publish_stop(KEY, None)
         assert await next_notice(b_notices) == StopRequest(KEY, None, None, None)
+
+
+async def test_a_dropped_listening_connection_is_remade_and_says_to_resync(pg_url: str) -> None:
+    async with PostgresStore.open(pg_url) as a, PostgresStore.open(pg_url) as b:
+        notices = a.notifications()
+        admin = await asyncpg.connect(pg_url)
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE query = $1 AND pid <> pg_backend_pid()",
+                f'LISTEN "{a._instances.channel}"',
+            )
+        finally:
+            await admin.close()
+        assert killed == 2  # both stores listen on this schema's channel
+        assert await next_notice(notices) == Resync()
+        # Listening again: what B sends now reaches A.
+        await b.publish_stop(KEY, 1)
+        assert await next_notice(notices) == StopRequest(KEY, 1, None, None)
+
+
+async def test_appends_grouped_in_one_statement_fail_alone_and_keep_every_seq(
+    pg_url: str,
+) -> None:
+    # Two connections: one batch at a time, so everything behind the first append is grouped.
+    async with PostgresStore.open(pg_url, min_connections=1, max_connections=2) as store:
+        one = await store.get_or_create_conversation("k1", channel_key="c")
+        two = await store.get_or_create_conversation("k2", channel_key="c")
+        run = await store.start_run(one.id, user_id="U1", model="m")
+        usage = Usage(input=10, output=2, cost=0.5)
+        calls = []
+        for i in range(40):
+            calls.append(store.append_message(one.id, user(f"one {i}")))
+            calls.append(store.append_message(two.id, user(f"two {i}")))
+            if i % 10 == 0:
+                calls.append(store.append_message(404, user("nowhere")))
+                calls.append(store.append_message(two.id, user("bad run"), run_id=9999))
+            if i % 4 == 0:
+                reply = AssistantMessage(content=[Text(text=f"r{i}")])
+                calls.append(store.append_message(one.id, reply, run_id=run.id, usage=usage))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+
+        failures = [r for r in results if isinstance(r, BaseException)]
+        assert len(failures) == 8 and all(isinstance(f, KeyError) for f in failures)
+        for conversation, count in ((one, 50), (two, 40)):
+            loaded = await store.load(conversation.id)
+            assert [s.seq for s in loaded.messages] == list(range(1, count + 1))
+        texts = [s.message.text() for s in (await store.load(two.id)).messages]
+        assert texts == [f"two {i}" for i in range(40)]  # in call order, "bad run" never
+        finished = await store.finish_run(run.id, "done")
+        assert finished.usage.input == 100 and finished.usage.cost == pytest.approx(5.0)
