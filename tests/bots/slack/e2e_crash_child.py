@@ -1,8 +1,8 @@
 """A Teammate Slack process that gets killed mid-answer (by test_e2e_lifecycle's crash test).
 
 Serves HTTP mode on a free port (printed as `PORT <n>`), answers with a tool that never ends,
-and prints `SHOWN` once the run's in-progress message is posted and its place stored with the
-run (what recovery needs to replace it after the kill). Then it waits to be killed.
+and prints `SHOWN` once the run is recorded (the test then waits for its in-progress message at
+the fake; recovery finds that message by the run id it carries). Then it waits to be killed.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ async def main(api_url: str, data_dir: Path) -> None:
         print(f"PORT {app.port}", flush=True)
         while True:
             runs = await app.store.running_runs()
-            ref = runs[0].surface_ref if runs else {}
-            if ref.get("progress_ts") or ref.get("stream_ts"):
+            if runs:
                 break
             await asyncio.sleep(0.01)
         print("SHOWN", flush=True)
