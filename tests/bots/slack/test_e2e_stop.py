@@ -143,3 +143,42 @@ async def test_a_feedback_click_is_stored_with_the_run(
         await app.settle()
         summary = await app.store.usage_summary(0.0, channel_key=f"slack:{fake_slack.team_id}:C1")
     assert (summary.votes_up, summary.votes_down) == (0, 1)
+
+
+async def test_a_stop_click_from_another_workspace_in_a_shared_channel_stops_the_run(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])])
+    async with running(fake_slack, tmp_path, model, tools=[tool]) as app:
+        event = await start_waiting(app, tool)
+        await fake_slack.wait_for(lambda f: stop_button(f, "C1", event["ts"]) is not None)
+        found = stop_button(fake_slack, "C1", event["ts"])
+        assert found is not None
+        payload = click(fake_slack, found[0], STOP_ACTION_ID, found[1], user=BOB)
+        payload["team"] = {"id": "TPARTNER", "domain": "partner"}
+        payload["user"]["team_id"] = "TPARTNER"
+        await app.send(payload, kind="interactive")
+        await app.settle()
+    assert len(tool.saw) == 1
+    assert [e for e in fake_slack.ephemerals if e.get("user") == BOB] == []
+
+
+async def test_unreadable_clicks_change_nothing(fake_slack: FakeSlack, tmp_path: Path) -> None:
+    model = ScriptedModel([Reply(text="an answer")])
+    async with running(fake_slack, tmp_path, model) as app:
+        event = message_event(fake_slack, "hello")
+        await app.event(event)
+        await app.settle()
+        [message, *_] = app.replies("C1", event["ts"])
+        for action_id, value in (
+            (FEEDBACK_ACTION_ID, "up:999999"),  # no such run
+            (FEEDBACK_ACTION_ID, "sideways:1"),
+            (STOP_ACTION_ID, "not-a-run"),
+        ):
+            payload = click(fake_slack, message, action_id, value)
+            assert await app.send(payload, kind="interactive") == 200
+        await app.settle()
+        summary = await app.store.usage_summary(0.0)
+    assert (summary.votes_up, summary.votes_down) == (0, 0)
+    assert fake_slack.ephemerals == []
