@@ -352,3 +352,14 @@ async def test_a_file_the_assistant_writes_is_uploaded_to_the_thread(
     [uploaded] = [f for f in fake_slack.files.values() if f.name == "report.txt"]
     assert uploaded.content == b"all green"
     assert (uploaded.channel, uploaded.thread_ts) == ("C1", event["ts"])
+
+
+async def test_people_mentioned_are_named_for_the_model(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    fake_slack.add_user(BOB, "bob", display_name="Bob")
+    model = ScriptedModel([Reply(text="ok")])
+    async with running(fake_slack, tmp_path, model) as app:
+        await app.event(message_event(fake_slack, f"what did <@{BOB}> change?"))
+        await app.settle()
+    assert any("what did @Bob change?" in text for text in user_texts(model.requests[0]))
