@@ -61,7 +61,6 @@ MAX_KNOWN_THREADS = 10_000
 MAX_TITLE_CHARS = 60
 DMS_OFF_TEXT = "Sorry, direct messages to me are turned off here. Mention me in a channel instead."
 IDLE_STOP_TEXT = "Nothing is running in this thread, so there was nothing to stop."
-STOPPED_TEXT = "Stopping."
 SUGGESTED_PROMPTS = (
     {"title": "Summarise a thread", "message": "Summarise the discussion in this thread."},
     {"title": "Explain some code", "message": "Explain what this code does:"},
