@@ -151,15 +151,15 @@ def slack_hosted(file: dict[str, Any]) -> dict[str, Any]:
 
 
 def settings_for(fake: FakeSlack, data_dir: Path, **overrides: Any) -> Settings:
-    return Settings(
-        data_dir=data_dir,
-        model="scripted",
-        slack_bot_token=fake.bot_token,
-        slack_app_token=fake.app_token,
-        slack_signing_secret=SECRET,
-        slack_api_url=fake.api_url,
-        **overrides,
-    )
+    fields: dict[str, Any] = {
+        "data_dir": data_dir,
+        "model": "scripted",
+        "slack_bot_token": fake.bot_token,
+        "slack_app_token": fake.app_token,
+        "slack_signing_secret": SECRET,
+        "slack_api_url": fake.api_url,
+    }
+    return Settings(**(fields | overrides))
 
 
 @asynccontextmanager
