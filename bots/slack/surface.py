@@ -464,7 +464,8 @@ class SlackSurface:
 
     async def _notice(self, notice: Notice) -> None:
         self._shown_notices.add(notice.text.strip())
-        text = f"{_NOTICE_MARK[notice.level]} {notice.text}"
+        # mrkdwn, escaped: a quoted message cannot mention anyone or @channel.
+        line = f"{_NOTICE_MARK[notice.level]} {blocks.escape(notice.text)}"
         if notice.audience is not None:
             user = _user_id(notice.audience)
             try:
@@ -473,7 +474,7 @@ class SlackSurface:
                     channel=self._channel,
                     user=user,
                     thread_ts=self._thread_ts,
-                    text=blocks.truncate(text, blocks.TEXT_LIMIT),
+                    text=blocks.truncate(line, blocks.TEXT_LIMIT),
                 )
                 return
             except (SlackApiError, *_TRANSPORT_ERRORS) as error:
@@ -482,9 +483,9 @@ class SlackSurface:
                 log.info(
                     "ephemeral notice refused (%s); addressing it in the thread", _error_code(error)
                 )
-                text = f"<@{user}> {text}"
+                line = f"<@{blocks.escape(user)}> {line}"
         body = blocks.MessageBody(
-            blocks.truncate(text, blocks.TEXT_LIMIT), [blocks.context_block(text)]
+            blocks.truncate(line, blocks.TEXT_LIMIT), [blocks.context_mrkdwn(line)]
         )
         with contextlib.suppress(SlackApiError, *_TRANSPORT_ERRORS):
             await self._post(body, part="notice")

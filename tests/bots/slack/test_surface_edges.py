@@ -277,3 +277,30 @@ async def test_in_a_dm_the_stream_needs_no_recipient(
     assert "recipient_user_id" not in start and start["channel"] == "D0DM"
     [answer] = fake_slack.bot_replies("D0DM", question["ts"])
     assert answer["text"] == "Hello in private." and has_feedback(answer)
+
+
+async def test_nothing_quoted_or_answered_can_ping_the_channel(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, streaming=False)
+    await surface.emit(Notice("I won't answer '<!channel> hi'.", audience=ALICE))
+    fake_slack.fail_next("chat.postEphemeral", 500, error="user_not_in_channel")
+    await surface.emit(Notice("Dropped '<!here> <@UBOB>'.", audience=ALICE))
+    await surface.emit(started())
+    await surface.emit(finished("Sure <!everyone>, see <https://x.example|this>."))
+    await surface.close()
+    sent = [fake_slack.ephemerals[0]["text"]] + [
+        text
+        for m in fake_slack.bot_replies(CHANNEL, question["ts"])
+        for text in [
+            m["text"],
+            *(e["text"] for b in m["blocks"] if b["type"] == "context" for e in b["elements"]),
+        ]
+    ]
+    assert sent and not any(
+        token in text
+        for text in sent
+        for token in ("<!channel>", "<!here>", "<!everyone>", "<@UBOB>")
+    )
+    addressed = fake_slack.bot_replies(CHANNEL, question["ts"])[0]
+    assert addressed["blocks"][0]["elements"][0]["text"].startswith(f"<@{ALICE.id}> ")
