@@ -158,6 +158,15 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_BROADCAST = re.compile(r"<(?=!(?:channel|here|everyone|subteam\^))")
+
+
+def defuse_broadcasts(text: str) -> str:
+    """`<!channel>`, `<!here>`, `<!everyone>` and group mentions shown, not sent: a model
+    talked into writing one must not notify a whole channel. (People mentions stay.)"""
+    return _BROADCAST.sub("<\u200b", text) if "<!" in text else text
+
+
 def truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text

@@ -319,7 +319,7 @@ class SlackSurface:
             current = self._current.text()
             if current.strip():
                 texts.append(current)
-        return "\n\n".join(text.strip("\n") for text in texts)
+        return blocks.defuse_broadcasts("\n\n".join(text.strip("\n") for text in texts))
 
     async def _flush(self) -> None:
         """Throttled: bring Slack up to date with the answer so far. After a 429 nothing is
@@ -551,7 +551,7 @@ class SlackSurface:
         """The whole answer: what was shown while it streamed, or the runner's final text
         when the surface saw less (a restart, a surface that joined late)."""
         shown = self._text()
-        final = event.final_text.strip("\n")
+        final = blocks.defuse_broadcasts(event.final_text.strip("\n"))
         if not final.strip():
             return shown
         if shown.rstrip().endswith(final.strip()):

@@ -304,3 +304,26 @@ async def test_nothing_quoted_or_answered_can_ping_the_channel(
     )
     addressed = fake_slack.bot_replies(CHANNEL, question["ts"])[0]
     assert addressed["blocks"][0]["elements"][0]["text"].startswith(f"<@{ALICE.id}> ")
+    answer = markdown_of(fake_slack.bot_replies(CHANNEL, question["ts"])[-1])
+    assert "<!everyone>" not in answer and "everyone" in answer  # shown, not sent
+    assert "<https://x.example|this>" in answer  # links are left alone
+
+
+async def test_a_streamed_answer_cannot_broadcast_either(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, streaming=True)
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("Attention <!here> and <!subteam^S1|@devs>: "))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    await surface.emit(reply.text("<!channel> done"))
+    await surface.emit(reply.end())
+    await surface.emit(finished("Attention <!here> and <!subteam^S1|@devs>: <!channel> done"))
+    await surface.close()
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["streaming"] == "completed" and "done" in answer["text"]
+    streamed = str([c.args for c in fake_slack.calls if c.method.startswith("chat.")])
+    assert (
+        "<!here>" not in streamed and "<!channel>" not in streamed and "<!subteam" not in streamed
+    )
