@@ -359,7 +359,9 @@ class SlackSurface:
         running = [view for view in tools if view.ok is None]
         if running:
             return f"Running {running[-1].label or running[-1].name}…"
-        return "Working…" if tools or not self._texts else "Writing…"
+        if self._current is not None and self._current.text().strip():
+            return "Writing…"
+        return "Working…"
 
     async def _flush_stream(self, text: str) -> None:
         if self._stream_broken:
