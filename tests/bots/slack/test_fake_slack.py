@@ -173,6 +173,12 @@ async def test_native_stream_and_switching_it_off(
         await slack_client.chat_appendStream(channel="C1", ts=reply["ts"], markdown_text="late")
     assert raised.value.response["error"] == "message_not_in_streaming_state"
 
+    with pytest.raises(SlackApiError) as raised:  # 12,000 characters per call at most
+        await slack_client.chat_startStream(
+            channel="D1", thread_ts="1.1", markdown_text="x" * 12_001
+        )
+    assert raised.value.response["error"] == "msg_too_long"
+
     fake_slack.streaming_error = "unknown_method"
     with pytest.raises(SlackApiError) as raised:
         await slack_client.chat_startStream(channel="D1", thread_ts="1.1")
