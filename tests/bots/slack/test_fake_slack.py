@@ -41,7 +41,6 @@ async def test_auth_and_scopes(fake_slack: FakeSlack, slack_client: AsyncWebClie
     with pytest.raises(SlackApiError) as raised:
         await wrong.auth_test()
     assert raised.value.response["error"] == "invalid_auth"
-    await wrong.session.close() if wrong.session else None
     missing = AsyncWebClient(base_url=fake_slack.api_url, retry_handlers=[])
     with pytest.raises(SlackApiError) as raised:
         await missing.chat_postMessage(channel="C1", text="hi")
