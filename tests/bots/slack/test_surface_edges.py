@@ -327,3 +327,22 @@ async def test_a_streamed_answer_cannot_broadcast_either(
     assert (
         "<!here>" not in streamed and "<!channel>" not in streamed and "<!subteam" not in streamed
     )
+
+
+def test_a_ref_round_trips_and_foreign_or_broken_refs_give_no_surface(
+    slack_client: AsyncWebClient,
+) -> None:
+    ref = {
+        "platform": "slack",
+        "team": "T1",
+        "channel": "C1",
+        "thread_ts": "1.000001",
+        "message_ts": "1.000001",
+        "user": "U1",
+        "progress_ts": "2.000002",
+        "stream_ts": None,
+    }
+    surface = SlackSurface.from_ref(slack_client, ref)
+    assert surface is not None and surface.ref == ref
+    for broken in ({}, {"platform": "terminal"}, {**ref, "channel": 5}, {**ref, "thread_ts": None}):
+        assert SlackSurface.from_ref(slack_client, broken) is None
