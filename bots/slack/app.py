@@ -235,7 +235,7 @@ class SlackBot:
             http, self._http = self._http, None
             await http.cleanup()
         await self.drain(timeout_s=grace_s)
-        if self._runner is not None:
+        if self._runner is not None and grace_s > 0:
             try:
                 await asyncio.wait_for(self._runner.wait_all(), grace_s)
             except TimeoutError:
