@@ -271,6 +271,14 @@ class SlackListeners:
             return
         by = Author(id=message.user_id, name=await self._names.name(message.user_id))
         result = self._runner.stop(message.conversation_key, by=by)
+        if result == "idle" and message.is_dm and not message.in_thread:
+            # In a DM every top-level message starts its own thread: a top-level "stop" means
+            # the answer being written in the DM, whichever thread it is in.
+            stopped = [
+                self._runner.stop(key, by=by)
+                for key in self._runner.running_in(message.channel_key)
+            ]
+            result = "stopped" if "stopped" in stopped else "idle"
         log.info("stop in %s by %s: %s", message.conversation_key, message.user_id, result)
         if result == "idle":
             await self._ephemeral(

@@ -182,3 +182,20 @@ async def test_unreadable_clicks_change_nothing(fake_slack: FakeSlack, tmp_path:
         summary = await app.store.usage_summary(0.0)
     assert (summary.votes_up, summary.votes_down) == (0, 0)
     assert fake_slack.ephemerals == []
+
+
+async def test_stop_typed_in_a_dm_stops_the_answer_in_its_thread(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])])
+    async with running(fake_slack, tmp_path, model, tools=[tool]) as app:
+        dm = message_event(fake_slack, "wait", channel="D1", mention=False, kind="message")
+        await app.event(dm)
+        await asyncio.wait_for(tool.started.wait(), 10)
+        # A new top-level DM (its own thread), not a reply in the answer's thread.
+        stop = message_event(fake_slack, "stop", channel="D1", mention=False, kind="message")
+        await app.event(stop)
+        await app.settle()
+    assert len(tool.saw) == 1 and tool.saw[0][0] is True
+    assert fake_slack.ephemerals == []
