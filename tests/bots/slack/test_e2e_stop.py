@@ -199,3 +199,25 @@ async def test_stop_typed_in_a_dm_stops_the_answer_in_its_thread(
         await app.settle()
     assert len(tool.saw) == 1 and tool.saw[0][0] is True
     assert fake_slack.ephemerals == []
+
+
+async def test_slacks_own_stop_button_on_an_agent_session_cancels_the_answer(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])])
+    async with running(fake_slack, tmp_path, model, tools=[tool]) as app:
+        event = await start_waiting(app, tool)
+        native = {
+            "type": "agent_session_stopped",
+            "channel": "C1",
+            "thread_ts": event["ts"],
+            "user": BOB,
+            "streaming_message_ts": [],
+            "event_ts": "1796000000.000500",
+        }
+        for _ in range(2):  # and its retry
+            assert await app.event(native, event_id="EvNATIVESTOP") == 200
+        await app.settle()
+    assert len(tool.saw) == 1 and tool.saw[0][0] is True
+    assert "black_square_for_stop" in fake_slack.reactions("C1", event["ts"])
