@@ -108,10 +108,18 @@ class SlackBot:
             self.client.session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=WEB_API_TIMEOUT_S)
             )
+        from slack_sdk.errors import SlackApiError
+
         try:
             response = await self.client.auth_test()
+        except SlackApiError as exc:
+            raise SlackStartError(
+                f"Slack refused SLACK_BOT_TOKEN (auth.test: {_error_name(exc)})"
+            ) from None
         except Exception as exc:
-            raise SlackStartError(f"Slack refused SLACK_BOT_TOKEN: {_error_name(exc)}") from None
+            raise SlackStartError(
+                f"could not reach Slack at {self.api_url} ({type(exc).__name__})"
+            ) from None
         user_id, team_id = response.get("user_id"), response.get("team_id")
         if not isinstance(user_id, str) or not isinstance(team_id, str):
             raise SlackStartError("auth.test did not say who the bot is (is it a bot token?)")
@@ -227,7 +235,7 @@ class SlackBot:
             http, self._http = self._http, None
             await http.cleanup()
         await self.drain(timeout_s=grace_s)
-        if self._runner is not None:
+        if self._runner is not None and grace_s > 0:
             try:
                 await asyncio.wait_for(self._runner.wait_all(), grace_s)
             except TimeoutError:

@@ -84,7 +84,13 @@ def markdown_block(text: str) -> dict[str, Any]:
 
 
 def context_block(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": escape(text)[:2_900]}]}
+    """A small grey line of plain text (escaped: nothing in it can mention or link)."""
+    return context_mrkdwn(escape(text))
+
+
+def context_mrkdwn(mrkdwn: str) -> dict[str, Any]:
+    """A small grey line of mrkdwn the caller made safe (a mention it means to make)."""
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(mrkdwn, 2_900)}]}
 
 
 def stop_block(run_id: int) -> dict[str, Any]:
@@ -151,6 +157,15 @@ def outcome_line(outcome: str, error_text: str | None, reference: str | None) ->
 def escape(text: str) -> str:
     """Slack's three control characters in mrkdwn text (attachments, context)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_BROADCAST = re.compile(r"<(?=!(?:channel|here|everyone|subteam\^))")
+
+
+def defuse_broadcasts(text: str) -> str:
+    """`<!channel>`, `<!here>`, `<!everyone>` and group mentions shown, not sent: a model
+    talked into writing one must not notify a whole channel. (People mentions stay.)"""
+    return _BROADCAST.sub("<\u200b", text) if "<!" in text else text
 
 
 def truncate(text: str, limit: int) -> str:
@@ -301,7 +316,8 @@ def progress_message(
     blocks.append(context_block(status))
     if run_id is not None:
         blocks.append(stop_block(run_id))
-    fallback = truncate(shown, TEXT_LIMIT) if shown.strip() else status
+    # `text` is mrkdwn (notifications): escaped, so an answer cannot ping @channel there.
+    fallback = truncate(escape(shown), TEXT_LIMIT) if shown.strip() else escape(status)
     return MessageBody(fallback, blocks, tool_attachments(tools) if tools else [])
 
 
@@ -338,7 +354,7 @@ def answer_message(
     blocks += extras
     if not blocks:
         blocks = [context_block("Done.")]
-    fallback = truncate(part, TEXT_LIMIT) if part.strip() else _extras_text(extras)
+    fallback = truncate(escape(part), TEXT_LIMIT) if part.strip() else _extras_text(extras)
     return MessageBody(fallback, blocks, attachments)
 
 

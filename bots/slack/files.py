@@ -11,13 +11,15 @@ Why each rule:
 - Without a valid token (or the `files:read` scope) Slack answers with its HTML sign-in page
   and status 200; that page is detected and reported, never saved as the file.
 - Sizes are bounded per file and per message, from the declared size before downloading and by
-  counting while streaming, so a large or lying file cannot exhaust memory.
+  counting while streaming, and at most `MAX_CONCURRENT_DOWNLOADS` run at once across
+  messages, so large, lying or many files cannot exhaust memory.
 - A Slack-compatible server (`SLACK_API_URL` naming another host) serves its files too: file
   URLs on Slack's hosts are fetched from that server's origin, path kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 25 * 1024 * 1024
 MAX_MESSAGE_BYTES = 50 * 1024 * 1024
 MAX_REDIRECTS = 3
+MAX_CONCURRENT_DOWNLOADS = 4  # so many messages with files at once cannot exhaust memory
 CHUNK_BYTES = 64 * 1024
 SLACK_API_URL = "https://slack.com/api/"
 LOGIN_PAGE_TEXT = (
@@ -66,6 +69,7 @@ class FileFetcher:
         max_file_bytes: int = MAX_FILE_BYTES,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         timeout_s: float = 60.0,
+        max_concurrent: int = MAX_CONCURRENT_DOWNLOADS,
     ) -> None:
         self._token = token
         api = urlsplit(api_url or SLACK_API_URL)
@@ -77,6 +81,7 @@ class FileFetcher:
         self._max_message_bytes = max_message_bytes
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_read=min(timeout_s, 30.0))
         self._session: aiohttp.ClientSession | None = None
+        self._slots = asyncio.Semaphore(max_concurrent)
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -90,7 +95,8 @@ class FileFetcher:
         for file in files:
             limit = min(self._max_file_bytes, budget)
             try:
-                data = await self._download(file, limit)
+                async with self._slots:
+                    data = await self._download(file, limit)
             except FileError as exc:
                 log.info("file %s not downloaded: %s", file.id, exc)
                 problems.append(f"attached file {file.name!r} could not be downloaded: {exc}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -58,10 +59,11 @@ log = logging.getLogger(__name__)
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
 MAX_KNOWN_THREADS = 10_000
+_SLACK_ID = re.compile(r"[A-Za-z0-9]{1,64}")  # as bots.slack.events accepts them in keys
+_SLACK_TS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 MAX_TITLE_CHARS = 60
 DMS_OFF_TEXT = "Sorry, direct messages to me are turned off here. Mention me in a channel instead."
 IDLE_STOP_TEXT = "Nothing is running in this thread, so there was nothing to stop."
-STOPPED_TEXT = "Stopping."
 SUGGESTED_PROMPTS = (
     {"title": "Summarise a thread", "message": "Summarise the discussion in this thread."},
     {"title": "Explain some code", "message": "Explain what this code does:"},
@@ -135,6 +137,7 @@ class SlackListeners:
         bolt.assistant(assistant)
         bolt.event("app_mention")(self._on_event)
         bolt.event("message")(self._on_event)
+        bolt.event("agent_session_stopped")(self._on_native_stop)
         bolt.action(STOP_ACTION_ID)(self._on_stop_button)
         bolt.action(FEEDBACK_ACTION_ID)(self._on_feedback_button)
 
@@ -150,6 +153,9 @@ class SlackListeners:
     async def _on_assistant_context_changed(self, body: dict[str, Any]) -> None:
         """Nothing to do: Teammate does not use the channel a person is viewing. (Without this
         listener bolt would save the context with extra Web API calls.)"""
+
+    async def _on_native_stop(self, body: dict[str, Any]) -> None:
+        self._spawn(self.handle_native_stop(body), _task_name(body))
 
     async def _on_stop_button(self, ack: Any, body: dict[str, Any]) -> None:
         await ack()
@@ -272,6 +278,14 @@ class SlackListeners:
             return
         by = Author(id=message.user_id, name=await self._names.name(message.user_id))
         result = self._runner.stop(message.conversation_key, by=by)
+        if result == "idle" and message.is_dm and not message.in_thread:
+            # In a DM every top-level message starts its own thread: a top-level "stop" means
+            # the answer being written in the DM, whichever thread it is in.
+            stopped = [
+                self._runner.stop(key, by=by)
+                for key in self._runner.running_in(message.channel_key)
+            ]
+            result = "stopped" if "stopped" in stopped else "idle"
         log.info("stop in %s by %s: %s", message.conversation_key, message.user_id, result)
         if result == "idle":
             await self._ephemeral(
@@ -306,6 +320,25 @@ class SlackListeners:
         log.info("Stop button for run %s in %s: %s", run_id, key, result)
         if result != "stopped":
             await self._ephemeral(click.channel_id, click.user_id, click.thread_ts, STALE_STOP_TEXT)
+
+    async def handle_native_stop(self, body: dict[str, Any]) -> None:
+        """Slack's own stop button on an agent session (`agent_session_stopped`): stops the
+        answer being written in that thread, like our Stop button (what is queued behind it
+        is still answered)."""
+        stopped = _native_stop(body)
+        if stopped is None:
+            log.warning("an agent_session_stopped event without a readable thread; ignored")
+            return
+        event_id, team_id, channel_id, thread_ts, user_id = stopped
+        if not await self._runner.store.claim_delivery(f"slack:event:{event_id}"):
+            return  # a retry: the first one stopped it
+        key = f"slack:{team_id}:{channel_id}:{thread_ts}"
+        run_id = self._runner.current_run(key)
+        if run_id is None:
+            return
+        by = Author(id=user_id, name=await self._names.name(user_id))
+        result = self._runner.stop(key, run_id, by=by)
+        log.info("Slack's stop for run %s in %s: %s", run_id, key, result)
 
     async def handle_feedback_click(self, click: ButtonClick) -> None:
         vote = parse_feedback_value(click.value)
@@ -405,6 +438,27 @@ def _click(body: dict[str, Any]) -> ButtonClick | None:
         )
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
+
+
+def _native_stop(body: dict[str, Any]) -> tuple[str, str, str, str, str] | None:
+    """(event id, team, channel, thread_ts, user) of an `agent_session_stopped` envelope."""
+    event = body.get("event") if isinstance(body, dict) else None
+    if not isinstance(event, dict):
+        return None
+    fields = (
+        body.get("event_id"),
+        body.get("team_id") or event.get("team"),
+        event.get("channel"),
+        event.get("thread_ts"),
+        event.get("user"),
+    )
+    if not all(isinstance(f, str) for f in fields):
+        return None
+    event_id, team, channel, thread_ts, user = (str(f) for f in fields)
+    ids_ok = all(_SLACK_ID.fullmatch(v) for v in (event_id, team, channel, user))
+    if not ids_ok or not _SLACK_TS.fullmatch(thread_ts):
+        return None
+    return event_id, team, channel, thread_ts, user
 
 
 def _clicker(click: ButtonClick, conversation_key: str, name: str) -> Incoming:

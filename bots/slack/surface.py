@@ -319,7 +319,7 @@ class SlackSurface:
             current = self._current.text()
             if current.strip():
                 texts.append(current)
-        return "\n\n".join(text.strip("\n") for text in texts)
+        return blocks.defuse_broadcasts("\n\n".join(text.strip("\n") for text in texts))
 
     async def _flush(self) -> None:
         """Throttled: bring Slack up to date with the answer so far. After a 429 nothing is
@@ -359,7 +359,9 @@ class SlackSurface:
         running = [view for view in tools if view.ok is None]
         if running:
             return f"Running {running[-1].label or running[-1].name}…"
-        return "Working…" if tools or not self._texts else "Writing…"
+        if self._current is not None and self._current.text().strip():
+            return "Writing…"
+        return "Working…"
 
     async def _flush_stream(self, text: str) -> None:
         if self._stream_broken:
@@ -464,7 +466,8 @@ class SlackSurface:
 
     async def _notice(self, notice: Notice) -> None:
         self._shown_notices.add(notice.text.strip())
-        text = f"{_NOTICE_MARK[notice.level]} {notice.text}"
+        # mrkdwn, escaped: a quoted message cannot mention anyone or @channel.
+        line = f"{_NOTICE_MARK[notice.level]} {blocks.escape(notice.text)}"
         if notice.audience is not None:
             user = _user_id(notice.audience)
             try:
@@ -473,7 +476,7 @@ class SlackSurface:
                     channel=self._channel,
                     user=user,
                     thread_ts=self._thread_ts,
-                    text=blocks.truncate(text, blocks.TEXT_LIMIT),
+                    text=blocks.truncate(line, blocks.TEXT_LIMIT),
                 )
                 return
             except (SlackApiError, *_TRANSPORT_ERRORS) as error:
@@ -482,9 +485,9 @@ class SlackSurface:
                 log.info(
                     "ephemeral notice refused (%s); addressing it in the thread", _error_code(error)
                 )
-                text = f"<@{user}> {text}"
+                line = f"<@{blocks.escape(user)}> {line}"
         body = blocks.MessageBody(
-            blocks.truncate(text, blocks.TEXT_LIMIT), [blocks.context_block(text)]
+            blocks.truncate(line, blocks.TEXT_LIMIT), [blocks.context_mrkdwn(line)]
         )
         with contextlib.suppress(SlackApiError, *_TRANSPORT_ERRORS):
             await self._post(body, part="notice")
@@ -550,7 +553,7 @@ class SlackSurface:
         """The whole answer: what was shown while it streamed, or the runner's final text
         when the surface saw less (a restart, a surface that joined late)."""
         shown = self._text()
-        final = event.final_text.strip("\n")
+        final = blocks.defuse_broadcasts(event.final_text.strip("\n"))
         if not final.strip():
             return shown
         if shown.rstrip().endswith(final.strip()):

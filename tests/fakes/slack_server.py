@@ -779,6 +779,8 @@ class FakeSlack:
         }
 
     def _start_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        if (too_long := _stream_problem(args)) is not None:
+            return _error(too_long)
         if self.streaming_error is not None:
             return _error(self.streaming_error)
         channel, thread_ts = args.get("channel"), args.get("thread_ts")
@@ -808,6 +810,8 @@ class FakeSlack:
         return message
 
     def _append_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        if (too_long := _stream_problem(args)) is not None:
+            return _error(too_long)
         message = self._streaming_message(args)
         if isinstance(message, str):
             return _error(message)
@@ -815,6 +819,8 @@ class FakeSlack:
         return {"ok": True, "channel": args["channel"], "ts": message["ts"]}
 
     def _stop_stream(self, args: dict[str, Any]) -> dict[str, Any]:
+        if (too_long := _stream_problem(args)) is not None:
+            return _error(too_long)
         message = self._streaming_message(args)
         if isinstance(message, str):
             return _error(message)
@@ -905,6 +911,13 @@ def _chunk_text(args: dict[str, Any]) -> str:
         if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
             text += str(chunk.get("text") or "")
     return text
+
+
+def _stream_problem(args: dict[str, Any]) -> str | None:
+    """Slack takes at most 12,000 characters of Markdown per streaming call."""
+    if len(_chunk_text(args)) > MAX_MARKDOWN_CHARS:
+        return "msg_too_long"
+    return None
 
 
 def _default_channel(channel_id: str) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """A Teammate Slack process that gets killed mid-answer (by test_e2e_lifecycle's crash test).
 
 Serves HTTP mode on a free port (printed as `PORT <n>`), answers with a tool that never ends,
-and prints `SHOWN` once the run is recorded (the test waits for its in-progress message at the
-fake). Then it waits to be killed.
+and prints `SHOWN` once the run is recorded (the test then waits for its in-progress message at
+the fake; recovery finds that message by the run id it carries). Then it waits to be killed.
 """
 
 from __future__ import annotations

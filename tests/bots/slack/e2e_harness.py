@@ -42,6 +42,20 @@ class EchoTool(AgentTool[EchoParams]):
         return ToolResult.text(f"echo: {params.text}")
 
 
+class ReportTool(AgentTool[EchoParams]):
+    """Writes a file in the channel's workspace and offers it to attach to the answer."""
+
+    name = "report"
+    label = "Report"
+    description = "Writes report.txt and attaches it."
+    parameters = EchoParams
+
+    async def execute(self, call_id: str, params: EchoParams, ctx: ToolContext) -> ToolResult:
+        (ctx.workspace / "report.txt").write_text(params.text)
+        offered = [{"path": "report.txt", "name": "report.txt", "mime_type": "text/plain"}]
+        return ToolResult.text("written", details={"files_out": offered})
+
+
 @dataclass
 class Harness:
     fake: FakeSlack
@@ -137,15 +151,15 @@ def slack_hosted(file: dict[str, Any]) -> dict[str, Any]:
 
 
 def settings_for(fake: FakeSlack, data_dir: Path, **overrides: Any) -> Settings:
-    return Settings(
-        data_dir=data_dir,
-        model="scripted",
-        slack_bot_token=fake.bot_token,
-        slack_app_token=fake.app_token,
-        slack_signing_secret=SECRET,
-        slack_api_url=fake.api_url,
-        **overrides,
-    )
+    fields: dict[str, Any] = {
+        "data_dir": data_dir,
+        "model": "scripted",
+        "slack_bot_token": fake.bot_token,
+        "slack_app_token": fake.app_token,
+        "slack_signing_secret": SECRET,
+        "slack_api_url": fake.api_url,
+    }
+    return Settings(**(fields | overrides))
 
 
 @asynccontextmanager

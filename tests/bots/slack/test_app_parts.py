@@ -214,3 +214,16 @@ async def test_backfill_failure_is_not_fatal(
         names=UserNames(slack_client),
     )
     assert backfill == ()
+
+
+async def test_concurrent_lookups_of_one_person_share_one_call(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    import asyncio
+
+    fake_slack.add_user("UALICE", "alice", display_name="Alice")
+    fake_slack.delay("users.info", 0.2)
+    names = UserNames(slack_client)
+    found = await asyncio.gather(*(names.name("UALICE") for _ in range(10)))
+    assert found == ["Alice"] * 10
+    assert len(fake_slack.calls_to("users.info")) == 1

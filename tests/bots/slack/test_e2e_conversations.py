@@ -335,3 +335,31 @@ async def test_a_message_arriving_twice_at_once_is_prepared_once(
         await app.settle()
     assert len(model.requests) == 1
     assert len(fake_slack.calls_to("conversations.replies")) == 1
+
+
+async def test_a_file_the_assistant_writes_is_uploaded_to_the_thread(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    from tests.bots.slack.e2e_harness import ReportTool
+
+    model = ScriptedModel(
+        [Reply(tool_calls=[call("report", {"text": "all green"})]), Reply(text="Attached.")]
+    )
+    async with running(fake_slack, tmp_path, model, tools=[ReportTool()]) as app:
+        event = message_event(fake_slack, "write the report")
+        await app.event(event)
+        await app.settle()
+    [uploaded] = [f for f in fake_slack.files.values() if f.name == "report.txt"]
+    assert uploaded.content == b"all green"
+    assert (uploaded.channel, uploaded.thread_ts) == ("C1", event["ts"])
+
+
+async def test_people_mentioned_are_named_for_the_model(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    fake_slack.add_user(BOB, "bob", display_name="Bob")
+    model = ScriptedModel([Reply(text="ok")])
+    async with running(fake_slack, tmp_path, model) as app:
+        await app.event(message_event(fake_slack, f"what did <@{BOB}> change?"))
+        await app.settle()
+    assert any("what did @Bob change?" in text for text in user_texts(model.requests[0]))

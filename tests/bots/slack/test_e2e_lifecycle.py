@@ -91,6 +91,7 @@ async def test_a_run_interrupted_by_a_crash_is_reported_once_after_the_restart(
 
     replies = fake_slack.bot_replies("C1", event["ts"])
     assert [INTERRUPTED_TEXT in texts([reply]) for reply in replies].count(True) == 1
+    assert "teammate_stop" not in texts(replies), "the stuck message lost its Stop button"
     assert "x" in fake_slack.reactions("C1", event["ts"])
     assert model.requests == []
 
@@ -173,3 +174,38 @@ async def test_an_event_arriving_while_shutting_down_is_not_acknowledged(
     # Not acknowledged: Slack delivers it again later, to the next process.
     assert response.status == 503
     assert len(model.requests) == 1
+
+
+async def test_a_refused_token_or_no_slack_is_one_line_without_the_token(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    import pytest
+
+    from bots.runner import ConversationRunner
+    from bots.slack.app import SLACK_RULES, SlackBot, SlackStartError
+    from storage.sqlite import SqliteStore
+    from tests.bots.slack.e2e_harness import settings_for
+
+    store = await SqliteStore.open(tmp_path / "teammate.db")
+    try:
+        for overrides, expected in (
+            ({"slack_bot_token": "xoxb-not-valid"}, "refused SLACK_BOT_TOKEN"),
+            ({"slack_api_url": "http://127.0.0.1:9/api/"}, "could not reach Slack"),
+        ):
+            settings = settings_for(fake_slack, tmp_path, **overrides)
+            bot = SlackBot(settings)
+            runner = ConversationRunner(
+                store=store,
+                settings=settings,
+                model_factory=lambda _model_id: ScriptedModel([]),
+                toolset_factory=lambda _channel: [],
+                platform_rules=SLACK_RULES,
+            )
+            with pytest.raises(SlackStartError) as raised:
+                await bot.start(runner)
+            await bot.shutdown(grace_s=1.0)
+            message = str(raised.value)
+            assert expected in message and "\n" not in message
+            assert "xoxb-" not in message
+    finally:
+        await store.close()

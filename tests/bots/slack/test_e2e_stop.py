@@ -143,3 +143,81 @@ async def test_a_feedback_click_is_stored_with_the_run(
         await app.settle()
         summary = await app.store.usage_summary(0.0, channel_key=f"slack:{fake_slack.team_id}:C1")
     assert (summary.votes_up, summary.votes_down) == (0, 1)
+
+
+async def test_a_stop_click_from_another_workspace_in_a_shared_channel_stops_the_run(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])])
+    async with running(fake_slack, tmp_path, model, tools=[tool]) as app:
+        event = await start_waiting(app, tool)
+        await fake_slack.wait_for(lambda f: stop_button(f, "C1", event["ts"]) is not None)
+        found = stop_button(fake_slack, "C1", event["ts"])
+        assert found is not None
+        payload = click(fake_slack, found[0], STOP_ACTION_ID, found[1], user=BOB)
+        payload["team"] = {"id": "TPARTNER", "domain": "partner"}
+        payload["user"]["team_id"] = "TPARTNER"
+        await app.send(payload, kind="interactive")
+        await app.settle()
+    assert len(tool.saw) == 1
+    assert [e for e in fake_slack.ephemerals if e.get("user") == BOB] == []
+
+
+async def test_unreadable_clicks_change_nothing(fake_slack: FakeSlack, tmp_path: Path) -> None:
+    model = ScriptedModel([Reply(text="an answer")])
+    async with running(fake_slack, tmp_path, model) as app:
+        event = message_event(fake_slack, "hello")
+        await app.event(event)
+        await app.settle()
+        [message, *_] = app.replies("C1", event["ts"])
+        for action_id, value in (
+            (FEEDBACK_ACTION_ID, "up:999999"),  # no such run
+            (FEEDBACK_ACTION_ID, "sideways:1"),
+            (STOP_ACTION_ID, "not-a-run"),
+        ):
+            payload = click(fake_slack, message, action_id, value)
+            assert await app.send(payload, kind="interactive") == 200
+        await app.settle()
+        summary = await app.store.usage_summary(0.0)
+    assert (summary.votes_up, summary.votes_down) == (0, 0)
+    assert fake_slack.ephemerals == []
+
+
+async def test_stop_typed_in_a_dm_stops_the_answer_in_its_thread(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])])
+    async with running(fake_slack, tmp_path, model, tools=[tool]) as app:
+        dm = message_event(fake_slack, "wait", channel="D1", mention=False, kind="message")
+        await app.event(dm)
+        await asyncio.wait_for(tool.started.wait(), 10)
+        # A new top-level DM (its own thread), not a reply in the answer's thread.
+        stop = message_event(fake_slack, "stop", channel="D1", mention=False, kind="message")
+        await app.event(stop)
+        await app.settle()
+    assert len(tool.saw) == 1 and tool.saw[0][0] is True
+    assert fake_slack.ephemerals == []
+
+
+async def test_slacks_own_stop_button_on_an_agent_session_cancels_the_answer(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])])
+    async with running(fake_slack, tmp_path, model, tools=[tool]) as app:
+        event = await start_waiting(app, tool)
+        native = {
+            "type": "agent_session_stopped",
+            "channel": "C1",
+            "thread_ts": event["ts"],
+            "user": BOB,
+            "streaming_message_ts": [],
+            "event_ts": "1796000000.000500",
+        }
+        for _ in range(2):  # and its retry
+            assert await app.event(native, event_id="EvNATIVESTOP") == 200
+        await app.settle()
+    assert len(tool.saw) == 1 and tool.saw[0][0] is True
+    assert "black_square_for_stop" in fake_slack.reactions("C1", event["ts"])

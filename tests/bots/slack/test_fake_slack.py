@@ -41,7 +41,6 @@ async def test_auth_and_scopes(fake_slack: FakeSlack, slack_client: AsyncWebClie
     with pytest.raises(SlackApiError) as raised:
         await wrong.auth_test()
     assert raised.value.response["error"] == "invalid_auth"
-    await wrong.session.close() if wrong.session else None
     missing = AsyncWebClient(base_url=fake_slack.api_url, retry_handlers=[])
     with pytest.raises(SlackApiError) as raised:
         await missing.chat_postMessage(channel="C1", text="hi")
@@ -172,6 +171,12 @@ async def test_native_stream_and_switching_it_off(
     with pytest.raises(SlackApiError) as raised:
         await slack_client.chat_appendStream(channel="C1", ts=reply["ts"], markdown_text="late")
     assert raised.value.response["error"] == "message_not_in_streaming_state"
+
+    with pytest.raises(SlackApiError) as raised:  # 12,000 characters per call at most
+        await slack_client.chat_startStream(
+            channel="D1", thread_ts="1.1", markdown_text="x" * 12_001
+        )
+    assert raised.value.response["error"] == "msg_too_long"
 
     fake_slack.streaming_error = "unknown_method"
     with pytest.raises(SlackApiError) as raised:

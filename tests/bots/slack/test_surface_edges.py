@@ -277,3 +277,72 @@ async def test_in_a_dm_the_stream_needs_no_recipient(
     assert "recipient_user_id" not in start and start["channel"] == "D0DM"
     [answer] = fake_slack.bot_replies("D0DM", question["ts"])
     assert answer["text"] == "Hello in private." and has_feedback(answer)
+
+
+async def test_nothing_quoted_or_answered_can_ping_the_channel(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, streaming=False)
+    await surface.emit(Notice("I won't answer '<!channel> hi'.", audience=ALICE))
+    fake_slack.fail_next("chat.postEphemeral", 500, error="user_not_in_channel")
+    await surface.emit(Notice("Dropped '<!here> <@UBOB>'.", audience=ALICE))
+    await surface.emit(started())
+    await surface.emit(finished("Sure <!everyone>, see <https://x.example|this>."))
+    await surface.close()
+    sent = [fake_slack.ephemerals[0]["text"]] + [
+        text
+        for m in fake_slack.bot_replies(CHANNEL, question["ts"])
+        for text in [
+            m["text"],
+            *(e["text"] for b in m["blocks"] if b["type"] == "context" for e in b["elements"]),
+        ]
+    ]
+    assert sent and not any(
+        token in text
+        for text in sent
+        for token in ("<!channel>", "<!here>", "<!everyone>", "<@UBOB>")
+    )
+    addressed = fake_slack.bot_replies(CHANNEL, question["ts"])[0]
+    assert addressed["blocks"][0]["elements"][0]["text"].startswith(f"<@{ALICE.id}> ")
+    answer = markdown_of(fake_slack.bot_replies(CHANNEL, question["ts"])[-1])
+    assert "<!everyone>" not in answer and "everyone" in answer  # shown, not sent
+    assert "<https://x.example|this>" in answer  # links are left alone
+
+
+async def test_a_streamed_answer_cannot_broadcast_either(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, streaming=True)
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("Attention <!here> and <!subteam^S1|@devs>: "))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    await surface.emit(reply.text("<!channel> done"))
+    await surface.emit(reply.end())
+    await surface.emit(finished("Attention <!here> and <!subteam^S1|@devs>: <!channel> done"))
+    await surface.close()
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["streaming"] == "completed" and "done" in answer["text"]
+    streamed = str([c.args for c in fake_slack.calls if c.method.startswith("chat.")])
+    assert (
+        "<!here>" not in streamed and "<!channel>" not in streamed and "<!subteam" not in streamed
+    )
+
+
+def test_a_ref_round_trips_and_foreign_or_broken_refs_give_no_surface(
+    slack_client: AsyncWebClient,
+) -> None:
+    ref = {
+        "platform": "slack",
+        "team": "T1",
+        "channel": "C1",
+        "thread_ts": "1.000001",
+        "message_ts": "1.000001",
+        "user": "U1",
+        "progress_ts": "2.000002",
+        "stream_ts": None,
+    }
+    surface = SlackSurface.from_ref(slack_client, ref)
+    assert surface is not None and surface.ref == ref
+    for broken in ({}, {"platform": "terminal"}, {**ref, "channel": 5}, {**ref, "thread_ts": None}):
+        assert SlackSurface.from_ref(slack_client, broken) is None
