@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bots.markdown_split import split_markdown
-from bots.surface import RunOutcome
 from core.messages import Usage
 
 STOP_ACTION_ID = "teammate_stop"

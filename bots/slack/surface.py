@@ -41,7 +41,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack import blocks
-from bots.surface import FileOut, Notice, RunFinished, RunOutcome, RunStarted, SurfaceEvent
+from bots.surface import FileOut, Notice, RunFinished, RunStarted, SurfaceEvent
 from bots.throttle import Throttle
 from core.events import (
     AgentEnd,
