@@ -33,6 +33,7 @@ from bots.app import (
 from bots.errors import new_reference
 from bots.serve import (
     DEFAULT_HTTP_PORT,
+    SHUTDOWN_GRACE_S,
     Plan,
     SlackMode,
     nothing_configured_text,
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Start every configured platform on one runner and store: Slack with "
             "SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP "
             "mode). SIGTERM or Ctrl-C stops gracefully: no new events, answers in progress "
-            "finish (up to 10 s) or are stopped; a second Ctrl-C stops at once."
+            "finish (up to --grace seconds) or are stopped; a second Ctrl-C stops at once."
         ),
     )
     _global_options(serve, default=argparse.SUPPRESS)
@@ -200,6 +201,14 @@ def _http_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_HTTP_PORT,
         help=f"HTTP mode: the port ({DEFAULT_HTTP_PORT}; 0 picks a free one)",
     )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=SHUTDOWN_GRACE_S,
+        metavar="SECONDS",
+        help=f"on SIGTERM/Ctrl-C, how long answers in progress may take to finish before "
+        f"they are stopped ({SHUTDOWN_GRACE_S:.0f})",
+    )
 
 
 def _conversation_option(parser: argparse.ArgumentParser) -> None:
@@ -276,7 +285,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         mode = found
     setup_logging(settings, stderr=sys.stderr if args.verbose else None)
     plan = Plan(slack=mode, host=args.host, port=args.port)
-    return asyncio.run(serve(settings, plan, err=sys.stderr))
+    if args.grace < 0:
+        raise SettingsError("--grace: must be 0 or more seconds")
+    return asyncio.run(serve(settings, plan, err=sys.stderr, grace_s=args.grace))
 
 
 def _fail(reason: str) -> None:

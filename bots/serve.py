@@ -141,7 +141,10 @@ async def serve(
             if ready is not None:
                 ready(where)
             await stop.wait()
-            err.write("teammate: stopping: no new events; finishing answers in progress…\n")
+            err.write(
+                f"teammate: stopping: no new events; answers in progress get {grace_s:g} s "
+                "to finish…\n"
+            )
             err.flush()
             await bot.shutdown(grace_s=grace_s)
         # open_app's exit stopped what was still running (its messages stay queued in the

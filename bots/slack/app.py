@@ -40,8 +40,9 @@ WEB_API_TIMEOUT_S = 30.0
 
 SLACK_RULES = """\
 You are talking in Slack, in a thread of a channel or in a direct message. Your reply is \
-shown as standard Markdown (headings, lists, tables, fenced code blocks and links render). \
-Mention people as <@USER_ID> only when you need their attention; otherwise use their names. \
+rendered as standard Markdown: use short paragraphs, lists, **bold**, `code` and fenced code \
+blocks, and links; prefer lists to wide tables, which read badly on phones. People are named \
+in messages as @Name; write a person's name rather than pinging them unless they must act. \
 Keep answers focused: people read you in a chat thread."""
 
 

@@ -216,7 +216,10 @@ class SlackListeners:
             return
         refusal = access_refusal(self._settings, message.to_incoming(message.user_id))
         if refusal is not None:
-            await self._refuse(message, refusal)
+            if message.mentioned or message.is_dm:  # asked Teammate: tell them why not
+                await self._refuse(message, refusal)
+            else:  # a reply in its thread, maybe to someone else: no note on every message
+                log.info("ignored %s in %s: not allowed", message.user_id, message.channel_key)
             return
         if message.stop_requested:
             await self._stop(message)

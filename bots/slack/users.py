@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 MAX_NAME_CHARS = 80
 FAILED_TTL_S = 60.0
 _MENTION = re.compile(r"<@([A-Za-z0-9]{1,64})(?:\|[^>]{0,200})?>")
+# Slack's other markup: channels, @here and groups, links (`<url|label>`).
+_MARKUP = re.compile(
+    r"<([#!])([^|>\s]{1,200})(?:\|([^>]{0,200}))?>|<((?:https?|mailto):[^|>\s]{1,2000})(?:\|([^>]{0,500}))?>"
+)
 
 
 class UserNames:
@@ -115,9 +119,10 @@ def _clean(value: object) -> str:
 
 
 async def readable_mentions(text: str, names: UserNames, *, max_lookups: int = 5) -> str:
-    """`<@U123>` becomes `@Name`, so the model reads who is meant. At most `max_lookups`
-    names not cached yet are looked up (a message can mention hundreds of people); the others
-    are shown by cached name, or left as they are."""
+    """Slack's markup as people see it: `<@U123>` becomes `@Name`, so the model reads who is
+    meant; channels, `@here` and links too. At most `max_lookups` names not cached yet are
+    looked up (a message can mention hundreds of people); the others are shown by cached
+    name, or left as they are."""
     wanted = list(dict.fromkeys(match.group(1) for match in _MENTION.finditer(text)))
     resolved: dict[str, str] = {}
     lookups = 0
@@ -133,4 +138,21 @@ async def readable_mentions(text: str, names: UserNames, *, max_lookups: int = 5
         known = resolved.get(match.group(1))
         return f"@{known}" if known is not None else match.group(0)
 
-    return _MENTION.sub(name_of, text) if resolved else text
+    if resolved:
+        text = _MENTION.sub(name_of, text)
+    return _MARKUP.sub(_readable_markup, text) if "<" in text else text
+
+
+def _readable_markup(match: re.Match[str]) -> str:
+    """`<#C1|general>` → `#general`, `<!here>` → `@here`, `<!subteam^S1|@ops>` → `@ops`,
+    `<https://x|docs>` → `docs (https://x)`, `<mailto:a@b.c|a@b.c>` → `a@b.c`."""
+    sigil, target, label, url, link_label = match.groups()
+    if url is not None:
+        if link_label and link_label != url:
+            return link_label if url.startswith("mailto:") else f"{link_label} ({url})"
+        return url.removeprefix("mailto:")
+    if sigil == "#":
+        return f"#{label or target}"
+    if label:
+        return label if label.startswith("@") else f"@{label}"
+    return f"@{target.split('^', 1)[0]}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from bots.slack.manifest import BOT_SCOPES
-from tests.bots.test_cli import REPO, TIMEOUT_S, cli_env, teammate
+from tests.bots.test_cli import KEY, REPO, TIMEOUT_S, cli_env, teammate
+from tests.fakes.anthropic_server import FakeAnthropic, SSEReply, text_reply
 from tests.fakes.slack_server import FakeSlack
 
 
@@ -117,35 +119,58 @@ async def test_doctor_reports_a_refused_token_by_slacks_error_name(
     assert "wrong-secret-value" not in done.out + done.err
 
 
-async def test_serve_answers_a_mention_and_stops_gracefully_on_sigterm(
-    fake_slack: FakeSlack, tmp_path: Path, data_dir: Path
-) -> None:
-    process = await asyncio.create_subprocess_exec(
+async def start_serve(env: dict[str, str], cwd: Path, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bots.cli",
         "serve",
-        cwd=tmp_path,
-        env=slack_env(tmp_path, data_dir, fake_slack) | {"PYTHONPATH": str(REPO)},
+        *args,
+        cwd=cwd,
+        env=env | {"PYTHONPATH": str(REPO)},
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+async def mention(fake: FakeSlack, text: str) -> str:
+    """A person mentions the bot in C1 (Socket Mode); the thread's ts."""
+    posted = fake.seed_message("C1", f"<@{fake.bot_user_id}> {text}", user="UA")
+    event = {
+        "type": "app_mention",
+        "user": "UA",
+        "text": posted["text"],
+        "ts": posted["ts"],
+        "channel": "C1",
+        "event_ts": posted["ts"],
+    }
+    await fake.socket_send(fake.event_callback(event), limit_s=TIMEOUT_S)
+    return str(posted["ts"])
+
+
+async def stop_serve(process: asyncio.subprocess.Process) -> str:
+    """SIGTERM, then wait for the exit; stderr."""
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    _out, err = await asyncio.wait_for(process.communicate(), TIMEOUT_S)
+    return err.decode()
+
+
+def outcomes(data_dir: Path) -> list[str]:
+    with sqlite3.connect(data_dir / "teammate.db") as db:
+        return [str(row[0]) for row in db.execute("SELECT outcome FROM runs ORDER BY id")]
+
+
+async def test_serve_answers_a_mention_and_stops_gracefully_on_sigterm(
+    fake_slack: FakeSlack, tmp_path: Path, data_dir: Path
+) -> None:
+    process = await start_serve(slack_env(tmp_path, data_dir, fake_slack), tmp_path)
     try:
         await fake_slack.wait_for(lambda fake: fake.socket_connected, TIMEOUT_S)
-        posted = fake_slack.seed_message("C1", f"<@{fake_slack.bot_user_id}> hello", user="UA")
-        event = {
-            "type": "app_mention",
-            "user": "UA",
-            "text": posted["text"],
-            "ts": posted["ts"],
-            "channel": "C1",
-            "event_ts": posted["ts"],
-        }
-        await fake_slack.socket_send(fake_slack.event_callback(event), limit_s=TIMEOUT_S)
+        ts = await mention(fake_slack, "hello")
         await fake_slack.wait_for(
-            lambda fake: "scripted model" in json.dumps(fake.bot_replies("C1", posted["ts"])),
-            TIMEOUT_S,
+            lambda fake: "scripted model" in json.dumps(fake.bot_replies("C1", ts)), TIMEOUT_S
         )
         # The slash command works in the same process (Socket Mode envelope).
         ack = await fake_slack.socket_send(
@@ -162,9 +187,68 @@ async def test_serve_answers_a_mention_and_stops_gracefully_on_sigterm(
         )
         assert "1 answer" in json.dumps(ack)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-        _out, err = await asyncio.wait_for(process.communicate(), TIMEOUT_S)
-    assert process.returncode == 0, err.decode()
-    assert "connected as @teammate (Socket Mode)" in err.decode()
-    assert "stopped." in err.decode()
+        err = await stop_serve(process)
+    assert process.returncode == 0, err
+    assert "connected as @teammate (Socket Mode)" in err
+    assert "stopped." in err
+
+
+@pytest.fixture
+async def anthropic() -> AsyncIterator[FakeAnthropic]:
+    server = FakeAnthropic(api_key=KEY)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+def slow_answer(text: str, event_delay_s: float) -> SSEReply:
+    reply = text_reply(text, chunk_size=4)
+    reply.event_delay_s = event_delay_s
+    return reply
+
+
+async def test_sigterm_lets_the_answer_in_progress_finish(
+    fake_slack: FakeSlack, anthropic: FakeAnthropic, tmp_path: Path, data_dir: Path
+) -> None:
+    anthropic.add(slow_answer("Finishing this answer before going away.", 0.3))
+    env = slack_env(tmp_path, data_dir, fake_slack) | {
+        "TEAMMATE_MODEL": "claude-sonnet-5-5",
+        "ANTHROPIC_BASE_URL": anthropic.url,
+        "ANTHROPIC_API_KEY": KEY,
+    }
+    process = await start_serve(env, tmp_path)
+    try:
+        await fake_slack.wait_for(lambda fake: fake.socket_connected, TIMEOUT_S)
+        ts = await mention(fake_slack, "say something slowly")
+        await fake_slack.wait_for(lambda fake: bool(fake.bot_replies("C1", ts)), TIMEOUT_S)
+        assert outcomes(data_dir) == ["running"]
+    finally:
+        err = await stop_serve(process)
+    assert process.returncode == 0, err
+    assert "Finishing this answer before going away." in json.dumps(
+        fake_slack.bot_replies("C1", ts)
+    )
+    assert outcomes(data_dir) == ["done"]
+
+
+async def test_sigterm_stops_an_answer_that_outlasts_the_grace_period(
+    fake_slack: FakeSlack, anthropic: FakeAnthropic, tmp_path: Path, data_dir: Path
+) -> None:
+    anthropic.add(slow_answer("This answer takes far too long to write. " * 5, 0.5))
+    env = slack_env(tmp_path, data_dir, fake_slack) | {
+        "TEAMMATE_MODEL": "claude-sonnet-5-5",
+        "ANTHROPIC_BASE_URL": anthropic.url,
+        "ANTHROPIC_API_KEY": KEY,
+    }
+    process = await start_serve(env, tmp_path, "--grace", "0")
+    try:
+        await fake_slack.wait_for(lambda fake: fake.socket_connected, TIMEOUT_S)
+        ts = await mention(fake_slack, "write a lot")
+        await fake_slack.wait_for(lambda fake: bool(fake.bot_replies("C1", ts)), TIMEOUT_S)
+    finally:
+        err = await stop_serve(process)
+    assert process.returncode == 0, err
+    assert outcomes(data_dir) == ["aborted"]  # recorded as stopped, not left running
+    assert "black_square_for_stop" in fake_slack.reactions("C1", ts)

@@ -227,3 +227,17 @@ async def test_concurrent_lookups_of_one_person_share_one_call(
     found = await asyncio.gather(*(names.name("UALICE") for _ in range(10)))
     assert found == ["Alice"] * 10
     assert len(fake_slack.calls_to("users.info")) == 1
+
+
+async def test_slack_markup_reads_as_people_see_it(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    names = UserNames(slack_client)
+    text = (
+        "in <#C1|general> and <#C2>, <!here> <!subteam^S1|@ops>: "
+        "<https://x.io/a?b=1|the docs>, <https://y.io>, <mailto:a@b.c|a@b.c>; a < b > c"
+    )
+    assert await readable_mentions(text, names, max_lookups=0) == (
+        "in #general and #C2, @here @ops: the docs (https://x.io/a?b=1), https://y.io, a@b.c; "
+        "a < b > c"
+    )

@@ -300,6 +300,12 @@ async def test_a_person_not_on_the_allow_list_is_told_and_not_answered(
         allowed = message_event(fake_slack, "hello", user=BOB)
         await app.event(allowed)
         await app.settle()
+        # Alice talks on in Bob's thread without mentioning Teammate: no note every time.
+        aside = message_event(
+            fake_slack, "nice", thread_ts=allowed["ts"], mention=False, kind="message"
+        )
+        await app.event(aside)
+        await app.settle()
     assert len(model.requests) == 1
     assert app.replies("C1", refused["ts"]) == []
     assert [e["user"] for e in fake_slack.ephemerals] == [ALICE]
