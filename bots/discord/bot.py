@@ -487,7 +487,33 @@ class TeammateBot(commands.Bot):
             log.error("handling a Discord message failed", exc_info=task.exception())
 
 
-# -- discord.py objects as the payload shapes the translator reads --------------------------------
+# -- where discord.py connects ------------------------------------------------------------------
+
+
+def use_endpoints(api_url: str | None, gateway_url: str | None) -> Callable[[], None]:
+    """Point discord.py at `DISCORD_API_URL` (REST, interaction callbacks and webhooks: one
+    base, e.g. `https://discord.example/api/v10`) and `DISCORD_GATEWAY_URL` (the WebSocket);
+    None keeps Discord's own. Both are process-wide in discord.py; the returned function puts
+    back what was there."""
+    import discord.gateway
+    import discord.http
+    import yarl
+
+    saved_base = discord.http.Route.BASE
+    saved_gateway = discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    if api_url:
+        discord.http.Route.BASE = api_url.rstrip("/")
+    if gateway_url:
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+
+    def restore() -> None:
+        discord.http.Route.BASE = saved_base
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = saved_gateway
+
+    return restore
+
+
+# -- discord.py objects as the payload shapes the translator reads ----------------------------
 
 
 def message_payload(message: discord.Message) -> dict[str, Any]:
