@@ -221,6 +221,7 @@ class TeammateBot(commands.Bot):
             thread,
             channel_id=thread.id,
             conversation_channel_id=parsed.thread_id,
+            reply_to=message,
             clock=self._clock,
             edit_interval_s=self._edit_interval_s,
         )
