@@ -246,7 +246,7 @@ async def test_the_gateway_speaks_plain_json_when_no_compression_is_asked(
 
 
 async def test_the_endpoint_settings_aim_discord_py_and_are_put_back() -> None:
-    from bots.discord.bot import use_endpoints
+    from bots.discord.payloads import use_endpoints
 
     before = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
     restore = use_endpoints("http://127.0.0.1:9/api/v10/", "ws://127.0.0.1:9/gateway")
