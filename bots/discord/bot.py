@@ -4,8 +4,9 @@ Owns: `TeammateBot` (a discord.py `commands.Bot`): the slash commands (`/ask`, `
 `/usage`, `/reset`, `/teammate config`) synced in `setup_hook` (to the development guild when
 one is configured: instant), mentions that open a thread, messages in Teammate's threads and
 DMs, the Stop and feedback buttons (persistent, so they work after a restart), access checks,
-attachments, backfill of an existing thread, and turning discord.py objects into the payload
-shapes `bots.discord.events` translates (so keys, filtering and bounds live in one pure place).
+attachments and backfill of an existing thread. What it receives is translated by
+`bots.discord.events` (through `bots.discord.payloads`), so keys, filtering and bounds live in
+one pure place.
 
 Must not: touch storage or tools (the runner does), or import `bots.slack`.
 """
@@ -38,6 +39,7 @@ from bots.discord.events import (
     parse_interaction,
     parse_message,
 )
+from bots.discord.payloads import interaction_payload, message_payload
 from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
 from bots.incoming import Attachment, BackfillMessage, Incoming
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
@@ -221,6 +223,7 @@ class TeammateBot(commands.Bot):
             thread,
             channel_id=thread.id,
             conversation_channel_id=parsed.thread_id,
+            reply_to=message,
             clock=self._clock,
             edit_interval_s=self._edit_interval_s,
         )
@@ -487,86 +490,7 @@ class TeammateBot(commands.Bot):
             log.error("handling a Discord message failed", exc_info=task.exception())
 
 
-# -- discord.py objects as the payload shapes the translator reads --------------------------------
-
-
-def message_payload(message: discord.Message) -> dict[str, Any]:
-    """The gateway `MESSAGE_CREATE` shape of `message` (the fields the translator reads)."""
-    author = message.author
-    payload: dict[str, Any] = {
-        "id": str(message.id),
-        "type": message.type.value,
-        "channel_id": str(message.channel.id),
-        "author": _user(author),
-        "content": message.content,
-        "edited_timestamp": message.edited_at.isoformat() if message.edited_at else None,
-        "mentions": [_user(user) for user in message.mentions],
-        "attachments": [
-            {
-                "id": str(a.id),
-                "filename": a.filename,
-                "size": a.size,
-                "url": a.url,
-                "content_type": a.content_type,
-            }
-            for a in message.attachments
-        ],
-    }
-    if message.guild is not None:
-        payload["guild_id"] = str(message.guild.id)
-    if isinstance(author, discord.Member):
-        payload["member"] = {"nick": author.nick, "roles": [str(r.id) for r in author.roles[1:]]}
-    if message.webhook_id is not None:
-        payload["webhook_id"] = str(message.webhook_id)
-    reference = message.reference
-    if reference is not None and reference.message_id is not None:
-        payload["message_reference"] = {"message_id": str(reference.message_id)}
-        resolved = reference.resolved
-        if isinstance(resolved, discord.Message):
-            payload["referenced_message"] = {"author": {"id": str(resolved.author.id)}}
-    return payload
-
-
-def interaction_payload(interaction: discord.Interaction[Any]) -> dict[str, Any]:
-    """The gateway `INTERACTION_CREATE` shape of `interaction`."""
-    payload: dict[str, Any] = {
-        "id": str(interaction.id),
-        "application_id": str(interaction.application_id),
-        "type": interaction.type.value,
-        "token": interaction.token,
-        "channel_id": str(interaction.channel_id),
-        "data": interaction.data,
-    }
-    channel = interaction.channel
-    if channel is not None:
-        parent = getattr(channel, "parent_id", None)
-        payload["channel"] = {
-            "id": str(channel.id),
-            "type": getattr(channel.type, "value", None),
-            "parent_id": str(parent) if parent is not None else None,
-        }
-    user = _user(interaction.user)
-    if interaction.guild_id is not None:
-        payload["guild_id"] = str(interaction.guild_id)
-        member = interaction.user
-        roles = [str(r.id) for r in member.roles[1:]] if isinstance(member, discord.Member) else []
-        nick = member.nick if isinstance(member, discord.Member) else None
-        payload["member"] = {"user": user, "roles": roles, "nick": nick}
-    else:
-        payload["user"] = user
-    if interaction.message is not None:
-        payload["message"] = {"id": str(interaction.message.id)}
-    return payload
-
-
-def _user(user: discord.abc.User) -> dict[str, Any]:
-    return {
-        "id": str(user.id),
-        "username": user.name,
-        "global_name": user.global_name,
-        "bot": user.bot,
-        "system": user.system,
-    }
+# -- helpers ----------------------------------------------------------------------------------
 
 
 def _guild_id(message: discord.Message) -> str | None:

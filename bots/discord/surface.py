@@ -36,6 +36,7 @@ import discord
 
 from bots.discord.buttons import feedback_view, stop_view
 from bots.markdown_split import split_markdown
+from bots.runner import DELIVERED_TEXT, QUEUED_TEXT
 from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
 from bots.throttle import Throttle
 from core.events import (
@@ -73,6 +74,9 @@ GREY = 0x99AAB5
 _NOTICE_MARK = {"info": "ℹ️", "warning": "⚠️", "error": "❌"}
 _INVALID_TOKEN_CODES = frozenset({50027, 10015})  # invalid webhook token, unknown webhook
 _NO_MENTIONS = discord.AllowedMentions.none()
+# A person's own message steered into a running answer is acknowledged with a reaction on it,
+# not a line in the thread: 👀 when queued, ✅ once the answer takes it into account.
+_REACTIONS = {QUEUED_TEXT: "👀", DELIVERED_TEXT: "✅"}
 
 
 class Posted:
@@ -152,7 +156,8 @@ class DiscordSurface:
     `channel` is where new messages go (the conversation's thread or DM). `head` is a message
     already shown for this run (the `/ask` response); `interaction` is the interaction that
     started it, for the head's token and ephemeral notices; `reply_to` is the person's message,
-    for addressed notices. `clock` and `edit_interval_s` are for tests.
+    which acknowledgements of a steered message react to. `clock` and `edit_interval_s` are
+    for tests.
     """
 
     def __init__(
@@ -164,6 +169,7 @@ class DiscordSurface:
         interaction: discord.Interaction[Any] | None = None,
         head_id: int | None = None,
         head_channel: discord.abc.Messageable | None = None,
+        reply_to: discord.Message | None = None,
         clock: Callable[[], float] = time.monotonic,
         edit_interval_s: float = EDIT_INTERVAL_S,
         token_life_s: float = TOKEN_LIFE_S,
@@ -172,6 +178,7 @@ class DiscordSurface:
         self._channel_id = channel_id
         self._conversation_channel_id = conversation_channel_id or str(channel_id)
         self._interaction = interaction
+        self._reply_to = reply_to
         self._clock = clock
         self._token_deadline = clock() + token_life_s
         self._head: Posted | None = None
@@ -376,6 +383,13 @@ class DiscordSurface:
 
     async def _notice(self, event: Notice) -> None:
         text = _cut(f"{_NOTICE_MARK[event.level]} {event.text}", MESSAGE_LIMIT)
+        reaction = _REACTIONS.get(event.text)
+        if reaction is not None and event.audience is not None and self._reply_to is not None:
+            try:
+                await self._reply_to.add_reaction(reaction)
+                return
+            except discord.HTTPException:
+                log.info("could not react to a message; acknowledging in words")
         async with self._lock:
             if event.audience is None:
                 await self._send(text)

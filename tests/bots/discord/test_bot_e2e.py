@@ -7,6 +7,7 @@ import asyncio
 import copy
 import io
 import re
+import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -511,3 +512,28 @@ async def test_a_mention_saying_stop_in_the_thread_stops_the_run(teammate: Teamm
     assert teammate.gate.cancelled == 1
     await teammate.shown(thread, "Stopped.")
     assert len(teammate.model.requests) == 1  # "stop" was a command, not a message to answer
+
+
+async def test_a_message_steered_into_a_running_answer_is_acknowledged_with_reactions(
+    teammate: Teammate,
+) -> None:
+    teammate.model.add(Reply(tool_calls=[call("gate")]), Reply(text="Both answered."))
+    asked = await teammate.mention("first part")
+    thread = asked["id"]
+    await teammate.gate.started.wait()
+    steered = teammate.fake.message_payload(thread, "and a second part")
+    await teammate.fake.dispatch("MESSAGE_CREATE", steered)
+    reactions = rf"/channels/{thread}/messages/{steered['id']}/reactions/(.+)/@me"
+    await teammate.fake.wait_for(lambda: bool(teammate.fake.requests_to("PUT", reactions)))
+    teammate.gate.release.set()
+    await teammate.shown(thread, "Both answered.")
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{thread}"
+    await teammate.runner.wait(key)
+    emoji = [
+        urllib.parse.unquote(r.path.split("/")[6])
+        for r in teammate.fake.requests_to("PUT", reactions)
+    ]
+    assert emoji == ["👀", "✅"]
+    # No acknowledgement was written into the thread.
+    assert not any("Got it" in text for text in teammate.contents(thread))
+    assert "and a second part" in str(teammate.model.requests[1].messages)

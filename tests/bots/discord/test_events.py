@@ -732,3 +732,110 @@ def test_a_deeply_nested_payload_is_just_malformed() -> None:
         deep = {"author": deep, "data": deep}
     assert isinstance(parse(deep), Ignored)
     assert isinstance(parse_interaction(deep), Ignored)
+
+
+# --- what callers see in logs, and boundaries ---------------------------------------------------
+
+
+def test_ignore_reasons_read_as_words_in_logs() -> None:
+    assert [reason.value for reason in IgnoreReason] == [
+        "malformed",
+        "bot_message",
+        "own_message",
+        "webhook",
+        "system_message",
+        "edited",
+        "empty",
+        "mentions_someone_else",
+        "not_addressed",
+        "unsupported_interaction",
+        "unknown_command",
+        "unknown_component",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("payload", "detail"),
+    [
+        (None, "payload"),
+        (message(author="Ada"), "author"),
+        (message(author={"id": "x"}), "author"),
+        (message(type=[0]), "type"),
+        (message(id=None), "id"),
+        (message(channel_id="general"), "channel_id"),
+        (message(guild_id=5), "guild_id"),
+        (message(content=5), "content"),
+        (message(attachments="a.txt"), "attachments"),
+        (message(mentions={}), "mentions"),
+    ],
+)
+def test_a_malformed_message_names_the_field(payload: object, detail: str) -> None:
+    found = parse(payload)
+    assert isinstance(found, Ignored) and (found.reason, found.detail) == (
+        IgnoreReason.MALFORMED,
+        detail,
+    )
+
+
+@pytest.mark.parametrize(
+    ("payload", "detail"),
+    [
+        (None, "payload"),
+        (ask(type=None), "type"),
+        (ask(id="x"), "id"),
+        (ask(application_id=None), "application_id"),
+        (ask(token=None), "token"),
+        (ask(guild_id="x"), "guild_id"),
+        (ask(channel_id=None, channel={}), "channel_id"),
+        ({**in_thread(ask()), "channel": {"id": THREAD, "type": 12}}, "parent_id"),
+        ({**in_dm(ask()), "channel": {"id": "1700000000000", "type": 0}}, "channel"),
+        (ask(member=None), "member"),
+        (ask(member={"roles": []}), "user"),
+        (ask(member={"user": {"id": None}}), "user"),
+        ({**ask(), "data": []}, "data"),
+        (command("ask", "prompt"), "options"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_malformed_interaction_names_the_field(payload: object, detail: str) -> None:
+    found = parse_interaction(payload)
+    assert isinstance(found, Ignored) and (found.reason, found.detail) == (
+        IgnoreReason.MALFORMED,
+        detail,
+    )
+
+
+def test_an_interaction_without_a_channel_object_uses_its_channel_id() -> None:
+    payload = ask()
+    del payload["channel"]
+    found = parse_interaction(payload)
+    assert isinstance(found, SlashCommand) and found.context.channel_id == CHANNEL
+    assert not found.context.in_thread
+
+
+def test_token_and_option_name_bounds() -> None:
+    assert isinstance(parse_interaction(ask(token="t")), SlashCommand)
+    name_32 = [
+        {"name": "n" * 32, "type": 3, "value": "x"},
+        {"name": "prompt", "type": 3, "value": "y"},
+    ]
+    assert isinstance(parse_interaction(command("ask", name_32)), SlashCommand)
+    name_33 = [{"name": "n" * 33, "type": 3, "value": "x"}]
+    found = parse_interaction(command("ask", name_33))
+    assert isinstance(found, Ignored) and found.reason is IgnoreReason.MALFORMED
+
+
+def test_a_prompt_at_the_limit_is_kept_whole() -> None:
+    found = parse_interaction(ask("p" * MAX_PROMPT_CHARS))
+    assert isinstance(found, SlashCommand) and not found.truncated
+    assert found.prompt == "p" * MAX_PROMPT_CHARS
+
+
+def test_a_mention_is_named_by_the_guild_nickname_discord_sends_with_it() -> None:
+    bob = {**user(BOB, global_name="Bob"), "member": {"nick": "Bobby", "roles": []}}
+    found = message_of(message(content=f"<@{BOT}> ask <@{BOB}>", mentions=[user(BOT), bob]))
+    assert found.text == "ask @Bobby"
+
+
+def test_a_broken_attachment_does_not_hide_the_ones_after_it() -> None:
+    found = message_of(dm_message(attachments=["junk", {"id": "x"}, ATTACHMENT]))
+    assert [file.name for file in found.files] == ["notes.txt"]

@@ -243,3 +243,17 @@ async def test_the_gateway_speaks_plain_json_when_no_compression_is_asked(
         closed = await ws.receive()
         assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == 4004
     assert fake_discord.compressions == [None] and fake_discord.heartbeats == 1
+
+
+async def test_the_endpoint_settings_aim_discord_py_and_are_put_back() -> None:
+    from bots.discord.payloads import use_endpoints
+
+    before = (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+    restore = use_endpoints("http://127.0.0.1:9/api/v10/", "ws://127.0.0.1:9/gateway")
+    assert discord.http.Route.BASE == "http://127.0.0.1:9/api/v10"
+    assert str(discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY) == "ws://127.0.0.1:9/gateway"
+    restore()
+    assert before == (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+    unchanged = use_endpoints(None, None)
+    assert before == (discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY)
+    unchanged()
