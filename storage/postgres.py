@@ -643,12 +643,13 @@ class PostgresStore:
         ref_json = rows.dump_json(ref)
 
         async def body(connection: asyncpg.Connection) -> RunRecord:
+            # The update is the call's one write; the record is read after it committed.
             await connection.execute(
                 "UPDATE runs SET surface_ref = $1::jsonb WHERE id = $2", ref_json, run_id
             )
             return await rows.run_by_id(connection, run_id)
 
-        return await self._call(body, transaction=True)
+        return await self._call(body)
 
     async def running_runs(self) -> list[RunRecord]:
         """Runs still marked running, oldest first: the ones a crash may have interrupted."""
