@@ -1,4 +1,4 @@
-"""The `teammate` command: `chat`, `ask` and `doctor`.
+"""The `teammate` command: `chat`, `ask`, `serve`, `slack` (and `slack manifest`), `doctor`.
 
 Owns: the argument parser, loading settings once (command-line overrides first), exit statuses,
 and turning expected failures (a missing key, an invalid setting) into one line on stderr.
@@ -31,7 +31,17 @@ from bots.app import (
     uses_anthropic,
 )
 from bots.errors import new_reference
+from bots.serve import (
+    DEFAULT_HTTP_PORT,
+    Plan,
+    SlackMode,
+    nothing_configured_text,
+    require_slack,
+    serve,
+    slack_mode,
+)
 from bots.settings import Settings, SettingsError, config_path, load_settings
+from bots.slack.manifest import manifest_json, missing_scopes
 from bots.terminal import (
     DEFAULT_CONVERSATION,
     TERMINAL_RULES,
@@ -68,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  teammate ask 'what is in README.md?'\n"
             "  git diff | teammate ask -          the prompt from stdin\n"
             "  teammate --model scripted ask hi   a demo without an API key\n"
+            "  teammate serve                     every configured chat platform (Slack)\n"
+            "  teammate slack manifest            the Slack app to create, ready to paste\n"
             "  teammate doctor                    check the configuration"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -98,6 +110,44 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(ask, default=argparse.SUPPRESS)
     _conversation_option(ask)
     ask.add_argument("prompt", metavar="PROMPT", nargs="+", help="the message ('-': read stdin)")
+
+    serve = commands.add_parser(
+        "serve",
+        help="run every chat platform whose credentials are set (Slack), in one process",
+        description=(
+            "Start every configured platform on one runner and store: Slack with "
+            "SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP "
+            "mode). SIGTERM or Ctrl-C stops gracefully: no new events, answers in progress "
+            "finish (up to 10 s) or are stopped; a second Ctrl-C stops at once."
+        ),
+    )
+    _global_options(serve, default=argparse.SUPPRESS)
+    _http_options(serve)
+
+    slack = commands.add_parser(
+        "slack",
+        help="run Teammate in Slack (Socket Mode; --http for the Events API)",
+        description=(
+            "Connect to Slack with Socket Mode (SLACK_BOT_TOKEN, SLACK_APP_TOKEN; no public URL "
+            "needed), or with --http serve the Events API, interactivity and the slash command "
+            "at /slack/events (SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET). `teammate slack "
+            "manifest` prints the app manifest to paste at https://api.slack.com/apps."
+        ),
+    )
+    _global_options(slack, default=argparse.SUPPRESS)
+    _http_options(slack)
+    slack_commands = slack.add_subparsers(dest="slack_command", metavar="manifest")
+    manifest = slack_commands.add_parser(
+        "manifest",
+        help="print the Slack app manifest (JSON; paste it when creating the app)",
+        description=(
+            "Print the Slack app manifest with exactly the scopes, events, slash command and "
+            "interactivity Teammate uses. Socket Mode is on, unless --request-url is given "
+            "(HTTP mode: your public https://…/slack/events)."
+        ),
+    )
+    manifest.add_argument("--request-url", metavar="URL", help="HTTP mode's public URL")
+    manifest.add_argument("--name", default="Teammate", help="the app's name (default Teammate)")
 
     doctor = commands.add_parser(
         "doctor",
@@ -134,6 +184,24 @@ def _global_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
     )
 
 
+def _http_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        default=None,
+        help="Slack in HTTP mode (signed requests at /slack/events) instead of Socket Mode",
+    )
+    parser.add_argument(
+        "--host", default="0.0.0.0", help="HTTP mode: the address to listen on (0.0.0.0)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_HTTP_PORT,
+        help=f"HTTP mode: the port ({DEFAULT_HTTP_PORT}; 0 picks a free one)",
+    )
+
+
 def _conversation_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-c",
@@ -153,7 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "doctor":
             return asyncio.run(doctor(args, sys.stdout))
+        if args.command == "slack" and args.slack_command == "manifest":
+            return _print_manifest(args)
         settings = _load(args)
+        if args.command in ("serve", "slack"):
+            return _serve(args, settings)
         if args.command == "ask":
             prompt = _prompt(args.prompt)
             name = _conversation_name(args.conversation)
@@ -167,13 +239,44 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         _fail(str(exc))
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         return 130
     except Exception:
         reference = new_reference()
         log.exception("teammate %s failed (reference %s)", args.command, reference)
         _fail(f"something went wrong (reference {reference}; details in the log)")
         return 1
+
+
+def _print_manifest(args: argparse.Namespace) -> int:
+    # The configured slash command, if the settings load; the default otherwise.
+    try:
+        command = _load(args).slack.command
+    except SettingsError:
+        command = "/teammate"
+    sys.stdout.write(manifest_json(command=command, name=args.name, request_url=args.request_url))
+    return 0
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    mode: SlackMode
+    if args.command == "slack":
+        mode = "http" if args.http else "socket"
+        require_slack(settings, mode)
+    else:
+        found = slack_mode(settings, http=True if args.http else None)
+        if found is None and settings.slack_bot_token is not None:
+            raise SettingsError(
+                "SLACK_BOT_TOKEN is set, but Slack also needs SLACK_APP_TOKEN (Socket Mode) "
+                "or SLACK_SIGNING_SECRET (HTTP mode)"
+            )
+        if found is None:
+            sys.stderr.write(nothing_configured_text() + "\n")
+            return 2
+        mode = found
+    setup_logging(settings, stderr=sys.stderr if args.verbose else None)
+    plan = Plan(slack=mode, host=args.host, port=args.port)
+    return asyncio.run(serve(settings, plan, err=sys.stderr))
 
 
 def _fail(reason: str) -> None:
@@ -294,7 +397,7 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
     else:
         report("warn", "ripgrep", "not found; grep uses its slower Python engine")
 
-    report("info", "slack", _configured(settings, ["slack_bot_token", "slack_app_token"]))
+    await _check_slack(settings, report)
     report("info", "discord", _configured(settings, ["discord_bot_token"]))
 
     failed = [check for check in checks if check.status == "fail"]
@@ -402,6 +505,80 @@ async def _check_model(settings: Settings, model_id: str, report: Any) -> None:
             report("fail", "model reachable", problem)
     finally:
         await factory.aclose()
+
+
+async def _check_slack(settings: Settings, report: Any) -> None:
+    """The bot token with auth.test (and the scopes it was granted, from the `x-oauth-scopes`
+    header), the app token with apps.connections.open. Never prints a token: only Slack's
+    error names."""
+    bot_token = settings.slack_bot_token
+    if bot_token is None or not bot_token.get_secret_value():
+        report("info", "slack", "not configured (SLACK_BOT_TOKEN is not set)")
+        return
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    api_url = settings.slack_api_url or "https://slack.com/api/"
+    api_url = api_url if api_url.endswith("/") else api_url + "/"
+    client = AsyncWebClient(token=bot_token.get_secret_value(), base_url=api_url)
+    try:
+        try:
+            response = await asyncio.wait_for(client.auth_test(), PROBE_TIMEOUT_S)
+        except Exception as exc:
+            report("fail", "slack", f"auth.test at {api_url} failed: {_slack_error(exc)}")
+            return
+        who = f"@{response.get('user')} ({response.get('user_id')})"
+        team = f"{response.get('team')} ({response.get('team_id')})"
+        report("ok", "slack", f"SLACK_BOT_TOKEN works: {who} in {team} via {api_url}")
+        headers = {str(k).lower(): str(v) for k, v in (response.headers or {}).items()}
+        missing = missing_scopes(headers.get("x-oauth-scopes"))
+        if missing:
+            report(
+                "fail",
+                "slack scopes",
+                f"missing {', '.join(missing)}: add them under OAuth & Permissions (or "
+                "recreate the app from `teammate slack manifest`), then reinstall it",
+            )
+        else:
+            report("ok", "slack scopes", "every scope Teammate uses is granted")
+        await _check_slack_app_token(settings, api_url, report)
+        secret = settings.slack_signing_secret
+        if secret is not None and secret.get_secret_value():
+            report("info", "slack signing secret", "set (HTTP mode: teammate slack --http)")
+    finally:
+        session = getattr(client, "session", None)
+        if session is not None and not session.closed:
+            await session.close()
+
+
+async def _check_slack_app_token(settings: Settings, api_url: str, report: Any) -> None:
+    app_token = settings.slack_app_token
+    if app_token is None or not app_token.get_secret_value():
+        report("info", "slack app token", "not set (Socket Mode needs SLACK_APP_TOKEN)")
+        return
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    client = AsyncWebClient(base_url=api_url)
+    try:
+        opening = client.apps_connections_open(app_token=app_token.get_secret_value())
+        await asyncio.wait_for(opening, PROBE_TIMEOUT_S)
+        report("ok", "slack app token", "SLACK_APP_TOKEN works (Socket Mode can connect)")
+    except Exception as exc:
+        report("fail", "slack app token", f"apps.connections.open failed: {_slack_error(exc)}")
+    finally:
+        session = getattr(client, "session", None)
+        if session is not None and not session.closed:
+            await session.close()
+
+
+def _slack_error(exc: BaseException) -> str:
+    """Slack's error name (`invalid_auth`), or the failure's kind; never a token."""
+    response = getattr(exc, "response", None)
+    error = response.get("error") if response is not None and hasattr(response, "get") else None
+    if error:
+        return str(error)
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {PROBE_TIMEOUT_S:.0f} s"
+    return type(exc).__name__
 
 
 def _configured(settings: Settings, names: list[str]) -> str:

@@ -55,3 +55,6 @@ class Incoming:
     platform_message_id: str | None = None
     backfill: tuple[BackfillMessage, ...] = field(default=())
     title: str | None = None  # a title for a new conversation (e.g. the channel's name)
+    # More ids naming this same delivery, claimed atomically with it (Slack: the event id
+    # beside channel+ts); if any was claimed before, the delivery is a repeat.
+    also_claim: tuple[str, ...] = ()

@@ -30,7 +30,7 @@ from bots.inbox import ConversationState, Queued, RunState, Unseen
 from bots.incoming import Incoming
 from bots.prompt import backfill_message, system_prompt
 from bots.recovery import INTERRUPTED_TEXT, OWNER, owner_alive
-from bots.settings import Settings
+from bots.settings import ChannelConfig, Settings
 from bots.surface import Notice, RunFinished, RunStarted, Surface, SurfaceFactory
 from bots.surface_feed import SurfaceFeed
 from bots.workspaces import Workspaces
@@ -133,6 +133,7 @@ class ConversationRunner:
                 backfill=backfill,
                 title=incoming.title,
                 surface_ref=surface.ref,
+                also_claim=incoming.also_claim,
             )
         )
         try:
@@ -175,6 +176,14 @@ class ConversationRunner:
 
     def is_running(self, conversation_key: str) -> bool:
         return conversation_key in self._active
+
+    def running_in(self, channel_key: str) -> list[str]:
+        """The conversations of a channel with work in progress (a run, or messages queued)."""
+        return [
+            key
+            for key, state in self._active.items()
+            if state.conversation.channel_key == channel_key
+        ]
 
     def current_run(self, conversation_key: str) -> int | None:
         """The id of the conversation's run in progress (for a Stop button), or None."""
@@ -517,7 +526,12 @@ class ConversationRunner:
         for queued in batch:  # this run's own messages: never steered, never dropped
             state.inbox.pop(queued.item.id, None)
         author = batch[0].author
-        model = self._model(conversation.channel_key)
+        # What a channel admin set at run time, read for every run: a change applies to the
+        # next run, and an unchanged one keeps the system prompt byte-identical.
+        overrides = ChannelConfig.from_stored(
+            await self.store.get_channel_config(conversation.channel_key)
+        )
+        model = self._model(overrides.model or self.settings.model_for(conversation.channel_key))
         record = await self.store.start_run(
             conversation.id,
             user_id=author.id if author else None,
@@ -542,7 +556,9 @@ class ConversationRunner:
 
         loaded = await self.store.load(conversation.id)
         tools = list(self._toolset_factory(conversation.channel_key))
-        prompt = self._system_prompt(conversation.channel_key, tools)
+        if overrides.tools is not None:  # narrows only: never grants a tool
+            tools = [tool for tool in tools if tool.name in overrides.tools]
+        prompt = self._system_prompt(conversation.channel_key, tools, overrides.system_prompt)
         loaded = await self._compact(conversation, loaded, model, force=False)
         config = LoopConfig(
             max_turns=self.settings.max_turns,
@@ -677,18 +693,21 @@ class ConversationRunner:
             self.store, self.settings.compaction, conversation, loaded, model, force=force
         )
 
-    def _model(self, channel_key: str) -> Model:
-        model_id = self.settings.model_for(channel_key)
+    def _model(self, model_id: str) -> Model:
         model = self._models.get(model_id)
         if model is None:
             model = self._model_factory(model_id)
             self._models[model_id] = model
         return model
 
-    def _system_prompt(self, channel_key: str, tools: Sequence[AnyTool]) -> str:
+    def _system_prompt(
+        self, channel_key: str, tools: Sequence[AnyTool], stored_prompt: str | None = None
+    ) -> str:
+        if stored_prompt is None:
+            stored_prompt = self.settings.channel(channel_key).system_prompt
         return system_prompt(
             platform_rules=self._platform_rules,
-            channel_prompt=self.settings.channel(channel_key).system_prompt,
+            channel_prompt=stored_prompt,
             global_prompt=self.settings.system_prompt,
             tools=tools,
         )

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -39,9 +48,57 @@ class ChannelSettings(BaseModel):
     system_prompt: str = ""  # added to the base system prompt
     model: str | None = None
     tools: ToolsConfig | None = None  # replaces the default toolset when given
+    # Replies in a thread Teammate is part of continue it without a new mention (None: the
+    # platform's default, e.g. `[slack] follow_ups`).
+    follow_ups: bool | None = None
 
 
 _NO_CHANNEL = ChannelSettings()
+
+_SLASH_COMMAND = r"^/[a-z0-9_-]{1,31}$"
+
+
+class SlackSettings(BaseModel):
+    """`[slack]`: how Teammate behaves in Slack (its tokens are the SLACK_* variables)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # User ids (U…) who may change a channel's configuration with `/teammate config`.
+    admins: list[str] = Field(default_factory=list)
+    dms_enabled: bool = True  # answer direct messages (off: a short note instead)
+    follow_ups: bool = True  # thread replies without a mention, where a channel doesn't say
+    command: str = Field(default="/teammate", pattern=_SLASH_COMMAND)  # the slash command
+    usage_footer: bool = False  # tokens and cost under each answer
+
+
+class ChannelConfig(BaseModel):
+    """What a channel admin set at run time (`/teammate config`, kept in the store), layered
+    over the configuration file's `channels.*`: a field that is None keeps the file's value.
+    Stored tools can only narrow the channel's toolset, never grant a tool the file does not
+    (a chat command must not turn on `bash`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    system_prompt: str | None = Field(default=None, max_length=4000)
+    model: str | None = Field(default=None, max_length=200)
+    tools: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any] | None) -> ChannelConfig:
+        """The stored object, or nothing set if it is missing or unreadable (a bad row must
+        not stop a channel from being answered)."""
+        if not stored:
+            return _NO_CONFIG
+        try:
+            return cls.model_validate(stored)
+        except ValidationError:
+            return _NO_CONFIG
+
+    def to_stored(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+_NO_CONFIG = ChannelConfig()
 
 
 class BudgetSettings(BaseModel):
@@ -61,6 +118,37 @@ class CompactionSettings(BaseModel):
     reserve_tokens: int = Field(default=16_384, ge=0)
     # Keep about this many tokens of the most recent turns verbatim.
     keep_recent_tokens: int = Field(default=20_000, ge=0)
+
+
+def _snowflake_text(value: object) -> object:
+    # TOML and JSON lists hold ids as numbers; Discord's payloads as strings. Keep strings.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+Snowflake = Annotated[
+    str, BeforeValidator(_snowflake_text), StringConstraints(pattern=r"^[0-9]{1,20}$")
+]
+
+
+class DiscordSettings(BaseModel):
+    """The Discord adapter (`[discord]`, or `TEAMMATE_DISCORD__...`). Ids are snowflakes,
+    numbers or strings. Empty allow-lists allow everyone and everywhere."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Sync slash commands to this guild only (instant, for development); None: globally.
+    dev_guild_id: Snowflake | None = None
+    # The privileged Message Content intent. Off, the bot still answers mentions, replies to
+    # it and DMs, but not plain messages in its threads.
+    message_content: bool = True
+    allow_dms: bool = True
+    allowed_guilds: list[Snowflake] = Field(default_factory=list)
+    allowed_channels: list[Snowflake] = Field(default_factory=list)  # a thread: its parent
+    allowed_roles: list[Snowflake] = Field(default_factory=list)
+    allowed_users: list[Snowflake] = Field(default_factory=list)
+    # Who may use `/teammate config`: these users, or anyone with one of these roles.
+    admin_users: list[Snowflake] = Field(default_factory=list)
+    admin_roles: list[Snowflake] = Field(default_factory=list)
 
 
 _ENV_ALIASES: dict[str, str] = {
@@ -104,6 +192,8 @@ class Settings(BaseSettings):
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    slack: SlackSettings = Field(default_factory=SlackSettings)
+    discord: DiscordSettings = Field(default_factory=DiscordSettings)
     # Who may use Teammate: platform user ids, and channel keys (or a whole platform, "slack").
     allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
     allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
@@ -167,6 +257,13 @@ class Settings(BaseSettings):
 
     def tools_for(self, channel_key: str) -> ToolsConfig:
         return self.channel(channel_key).tools or self.tools
+
+    def follow_ups_for(self, channel_key: str) -> bool:
+        """Whether thread replies without a mention continue a conversation in the channel."""
+        chosen = self.channel(channel_key).follow_ups
+        if chosen is not None:
+            return chosen
+        return self.slack.follow_ups if channel_key.startswith("slack:") else True
 
     def secrets(self) -> list[str]:
         """Every configured secret value, for redaction."""

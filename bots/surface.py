@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 from core.events import AgentEvent
 from core.messages import Author, Usage
-from storage.base import RunOutcome
+from storage.base import RunOutcome as RunOutcome  # re-exported: adapters need not import storage
 
 NoticeLevel: TypeAlias = Literal["info", "warning", "error"]
 

@@ -10,12 +10,15 @@ from storage.base import (
     Conversation,
     ConversationStore,
     DatabaseDamaged,
+    FeedbackTally,
     InboxItem,
     LoadedConversation,
     RunOutcome,
     RunRecord,
     SchemaError,
     StoredMessage,
+    UsageSummary,
+    Vote,
 )
 from storage.sqlite import SqliteStore
 
@@ -25,6 +28,7 @@ __all__ = [
     "Conversation",
     "ConversationStore",
     "DatabaseDamaged",
+    "FeedbackTally",
     "InboxItem",
     "LoadedConversation",
     "RunOutcome",
@@ -32,4 +36,6 @@ __all__ = [
     "SchemaError",
     "SqliteStore",
     "StoredMessage",
+    "UsageSummary",
+    "Vote",
 ]

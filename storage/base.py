@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 from core.messages import Message, Usage
 
 RunOutcome: TypeAlias = Literal["running", "done", "error", "aborted", "interrupted"]
+Vote: TypeAlias = Literal["up", "down"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -107,6 +108,25 @@ class Accepted:
     created: bool
 
 
+@dataclass(slots=True, frozen=True)
+class FeedbackTally:
+    """The votes on one run: at most one per person, the latest counting."""
+
+    up: int
+    down: int
+
+
+@dataclass(slots=True, frozen=True)
+class UsageSummary:
+    """What a scope (a channel, a conversation, a person) used since some moment: the ledger's
+    totals, the runs started, and the 👍/👎 votes cast on its runs."""
+
+    usage: Usage
+    runs: int
+    votes_up: int
+    votes_down: int
+
+
 class SchemaError(RuntimeError):
     """The database is not ours, or was written by a newer Teammate."""
 
@@ -144,6 +164,10 @@ class ConversationStore(Protocol):
         self, key: str, *, channel_key: str, title: str | None = None
     ) -> Conversation: ...
     async def get_conversation(self, key: str) -> Conversation | None: ...
+    async def channel_conversations(self, channel_key: str, *, limit: int) -> list[Conversation]:
+        """The channel's conversations, the most recently created first, at most `limit`."""
+        ...
+
     async def update_conversation(
         self,
         conversation_id: int,
@@ -188,11 +212,16 @@ class ConversationStore(Protocol):
         backfill: Sequence[Message] = (),
         title: str | None = None,
         surface_ref: dict[str, Any] | None = None,
+        also_claim: Sequence[str] = (),
     ) -> Accepted | None:
         """ONE transaction: claim `delivery_id` (None: no de-duplication; a repeat returns None
         and changes nothing); get or create the conversation; if it has no history and no inbox
         items yet, append `backfill` to its history (so two concurrent first messages store it
-        once, and `created` is True); add `message` to its inbox."""
+        once, and `created` is True); add `message` to its inbox.
+
+        `also_claim`: more ids naming the same delivery (Slack: the event id beside the
+        channel+ts key), claimed in the same transaction; if any one of `delivery_id` and
+        these was claimed before, it is a repeat: None, and nothing is claimed or stored."""
         ...
 
     async def pending(self, conversation_id: int) -> list[InboxItem]:
@@ -271,6 +300,39 @@ class ConversationStore(Protocol):
         user_id: str | None = None,
         channel_key: str | None = None,
     ) -> Usage: ...
+
+    async def usage_summary(
+        self,
+        since: float,
+        *,
+        conversation_id: int | None = None,
+        user_id: str | None = None,
+        channel_key: str | None = None,
+    ) -> UsageSummary:
+        """`usage_since` with the same filters, plus the runs started at or after `since` and
+        the votes cast at or after `since` on runs in scope (a run's user and channel), all
+        from one snapshot: e.g. a channel's day for `/teammate usage`."""
+        ...
+
+    # feedback: one vote per person per run, changeable
+    async def set_run_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
+        """Record `user_id`'s vote on a run, replacing their earlier one (None withdraws it);
+        returns the run's tally after the change. Unknown run: `KeyError`; a vote other than
+        "up", "down" or None: `ValueError`."""
+        ...
+
+    # per-channel configuration set at run time (e.g. by a channel admin's slash command),
+    # layered over the configuration file by the caller; it survives restarts
+    async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
+        """The stored configuration of a channel, or None if none was ever set."""
+        ...
+
+    async def set_channel_config(
+        self, channel_key: str, config: dict[str, Any], *, by: str | None
+    ) -> None:
+        """Replace the channel's stored configuration (a JSON object) wholesale, recording
+        who changed it and when. Values must be JSON-serialisable (`TypeError` otherwise)."""
+        ...
 
 
 # --- several instances on one database (docs/architecture.md, "Several instances") ----------

@@ -346,3 +346,33 @@ def m005_inbox(db: sqlite3.Connection) -> None:
         "CREATE INDEX inbox_conversation ON inbox(conversation_id, id)",
         "CREATE INDEX inbox_pending ON inbox(conversation_id, id) WHERE state = 'pending'",
     )
+
+
+@migration
+def m006_feedback_channel_config(db: sqlite3.Connection) -> None:
+    # 👍/👎 on a run's answer: one vote per person per run, the latest replacing the earlier.
+    # Per-channel configuration set at run time (a channel admin's slash command), one JSON
+    # object per channel, layered over the configuration file by the bot.
+    _run(
+        db,
+        """
+        CREATE TABLE run_feedback (
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            user_id TEXT NOT NULL,
+            vote TEXT NOT NULL CHECK (vote IN ('up', 'down')),
+            at REAL NOT NULL,
+            PRIMARY KEY (run_id, user_id)
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX run_feedback_at ON run_feedback(at)",
+        # A channel's day (`/teammate usage`) counts its runs without scanning them all.
+        "CREATE INDEX runs_channel ON runs(channel_key, started_at)",
+        """
+        CREATE TABLE channel_config (
+            channel_key TEXT PRIMARY KEY,
+            config TEXT NOT NULL,
+            updated_by TEXT,
+            updated_at REAL NOT NULL
+        ) WITHOUT ROWID
+        """,
+    )

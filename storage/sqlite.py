@@ -40,12 +40,15 @@ from storage.base import (
     Compaction,
     Conversation,
     ConversationStore,
+    FeedbackTally,
     InboxItem,
     LoadedConversation,
     RunOutcome,
     RunRecord,
     SchemaError,
     StoredMessage,
+    UsageSummary,
+    Vote,
 )
 from storage.migrations import (
     MIGRATIONS,
@@ -219,6 +222,19 @@ class SqliteStore:
 
         return await self._read(body)
 
+    async def channel_conversations(self, channel_key: str, *, limit: int) -> list[Conversation]:
+        """The channel's conversations, the most recently created first, at most `limit`."""
+
+        def body(db: sqlite3.Connection) -> list[Conversation]:
+            found = db.execute(
+                f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE channel_key = ? "
+                "ORDER BY id DESC LIMIT ?",
+                (channel_key, max(0, limit)),
+            ).fetchall()
+            return [rows.conversation_from(row) for row in found]
+
+        return await self._read(body)
+
     async def update_conversation(
         self,
         conversation_id: int,
@@ -345,23 +361,23 @@ class SqliteStore:
         backfill: Sequence[Message] = (),
         title: str | None = None,
         surface_ref: dict[str, Any] | None = None,
+        also_claim: Sequence[str] = (),
     ) -> Accepted | None:
         """Claim, get or create, backfill a new conversation, and queue `message`: ONE
         transaction, so a cancel or crash either loses nothing or did nothing (a retry of the
-        same delivery is then accepted). None for a repeated `delivery_id`."""
+        same delivery is then accepted). None for a repeated `delivery_id`, or when any id in
+        `also_claim` (more names of the same delivery) was claimed before."""
         now = self._clock()
+        claims = list(
+            dict.fromkeys([*([delivery_id] if delivery_id is not None else []), *also_claim])
+        )
         body_json = dump_message(message).decode()
         ref_json = rows.dump_json(surface_ref or {})
         backfill_json = [(earlier, dump_message(earlier).decode()) for earlier in backfill]
 
         def body(db: sqlite3.Connection) -> Accepted | None:
-            if delivery_id is not None:
-                claimed = db.execute(
-                    "INSERT OR IGNORE INTO deliveries (id, claimed_at) VALUES (?, ?)",
-                    (delivery_id, now),
-                )
-                if claimed.rowcount != 1:
-                    return None
+            if claims and not rows.claim_all(db, claims, now):
+                return None
             db.execute(
                 "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
@@ -648,6 +664,104 @@ class SqliteStore:
             return rows.usage_of(db.execute(sql, params).fetchone())
 
         return await self._read(body)
+
+    async def usage_summary(
+        self,
+        since: float,
+        *,
+        conversation_id: int | None = None,
+        user_id: str | None = None,
+        channel_key: str | None = None,
+    ) -> UsageSummary:
+        """Usage, runs started and votes cast at or after `since`, narrowed by every filter
+        given (a vote is in scope when its run is), read in one snapshot."""
+        filters = {
+            "conversation_id": conversation_id,
+            "user_id": user_id,
+            "channel_key": channel_key,
+        }
+        given = {column: value for column, value in filters.items() if value is not None}
+        params = [since, *given.values()]
+
+        def scope(table: str) -> str:
+            return "".join(f" AND {table}.{column} = ?" for column in given)
+
+        ledger_sql = (
+            f"SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE at >= ?{scope('usage_ledger')}"
+        )
+        runs_sql = f"SELECT COUNT(*) FROM runs WHERE started_at >= ?{scope('runs')}"
+        votes_sql = (
+            "SELECT COALESCE(SUM(f.vote = 'up'), 0), COALESCE(SUM(f.vote = 'down'), 0) "
+            f"FROM run_feedback f JOIN runs ON runs.id = f.run_id WHERE f.at >= ?{scope('runs')}"
+        )
+
+        def body(db: sqlite3.Connection) -> UsageSummary:
+            usage = rows.usage_of(db.execute(ledger_sql, params).fetchone())
+            (runs,) = db.execute(runs_sql, params).fetchone()
+            up, down = db.execute(votes_sql, params).fetchone()
+            return UsageSummary(usage=usage, runs=int(runs), votes_up=int(up), votes_down=int(down))
+
+        return await self._read(body)
+
+    # --- feedback and channel configuration -----------------------------------------------
+
+    async def set_run_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
+        """Record (or with None withdraw) `user_id`'s vote on the run; its tally after."""
+        if vote not in ("up", "down", None):
+            raise ValueError(f"a vote is 'up', 'down' or None, not {vote!r}")
+        now = self._clock()
+
+        def body(db: sqlite3.Connection) -> FeedbackTally:
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise KeyError(f"no run {run_id}")
+            if vote is None:
+                db.execute(
+                    "DELETE FROM run_feedback WHERE run_id = ? AND user_id = ?", (run_id, user_id)
+                )
+            else:
+                db.execute(
+                    "INSERT INTO run_feedback (run_id, user_id, vote, at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (run_id, user_id) DO UPDATE SET vote = excluded.vote, "
+                    "at = excluded.at",
+                    (run_id, user_id, vote, now),
+                )
+            up, down = db.execute(
+                "SELECT COALESCE(SUM(vote = 'up'), 0), COALESCE(SUM(vote = 'down'), 0) "
+                "FROM run_feedback WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()
+            return FeedbackTally(up=int(up), down=int(down))
+
+        return await self._write(body)
+
+    async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
+        """The channel's stored configuration, or None if none was ever set."""
+
+        def body(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute(
+                "SELECT config FROM channel_config WHERE channel_key = ?", (channel_key,)
+            ).fetchone()
+            return None if row is None else rows.load_json_object(row[0])
+
+        return await self._read(body)
+
+    async def set_channel_config(
+        self, channel_key: str, config: dict[str, Any], *, by: str | None
+    ) -> None:
+        """Replace the channel's stored configuration, recording who changed it and when."""
+        config_json = rows.dump_json(config)  # raises TypeError before anything is written
+        now = self._clock()
+
+        def body(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO channel_config (channel_key, config, updated_by, updated_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (channel_key) DO UPDATE SET "
+                "config = excluded.config, updated_by = excluded.updated_by, "
+                "updated_at = excluded.updated_at",
+                (channel_key, config_json, by, now),
+            )
+
+        await self._write(body)
 
 
 if TYPE_CHECKING:

@@ -283,3 +283,23 @@ def usage_of(row: Sequence[Any]) -> Usage:
         cache_write=int(row[3]),
         cost=float(row[4]),
     )
+
+
+def claim_all(db: sqlite3.Connection, delivery_ids: Sequence[str], now: float) -> bool:
+    """Claim every id, or (if any one was claimed before) none: a repeat changes nothing."""
+    marks = ", ".join("?" * len(delivery_ids))
+    seen = db.execute(f"SELECT 1 FROM deliveries WHERE id IN ({marks}) LIMIT 1", delivery_ids)
+    if seen.fetchone() is not None:
+        return False
+    db.executemany(
+        "INSERT INTO deliveries (id, claimed_at) VALUES (?, ?)",
+        [(delivery_id, now) for delivery_id in delivery_ids],
+    )
+    return True
+
+
+def load_json_object(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise SchemaError(f"a stored configuration is not a JSON object: {text[:80]!r}")
+    return value

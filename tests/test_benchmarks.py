@@ -7,6 +7,7 @@ package (`storage.py`) is what `import storage` finds. These tests only import t
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from importlib.metadata import packages_distributions
@@ -52,3 +53,32 @@ def test_a_benchmark_imports_as_a_module_and_as_a_file(path: Path, tmp_path: Pat
             [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 0, f"{code}\n{done.stderr[-2000:]}"
+
+
+TINY = ["--events", "6", "--rounds", "1", "--singles", "1"]
+
+
+def test_the_slack_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
+    """Both ways in, a few events: every figure the issue asks for is in the last line, and
+    every event of the burst was answered (a measurement that silently dropped events would
+    report flattering numbers)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "slack_ack.py"), *TINY],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in (
+        "ack_p50_ms",
+        "ack_p99_ms",
+        "bolt_ack_p99_ms",
+        "ack_p99_ratio",
+        "first_post_ms",
+        "calls_per_answer",
+    ):
+        assert isinstance(figures[key], int | float), key
+    assert figures["answered"] == figures["sent"] == 6
+    assert "bare bolt" in done.stdout

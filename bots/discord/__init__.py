@@ -1,0 +1,1 @@
+"""Teammate on Discord (discord.py): payload translation, presentation, wiring."""

@@ -1,0 +1,584 @@
+"""Teammate's Discord bot: gateway events and commands in, the shared runner out.
+
+Owns: `TeammateBot` (a discord.py `commands.Bot`): the slash commands (`/ask`, `/stop`, `/new`,
+`/usage`, `/reset`, `/teammate config`) synced in `setup_hook` (to the development guild when
+one is configured: instant), mentions that open a thread, messages in Teammate's threads and
+DMs, the Stop and feedback buttons (persistent, so they work after a restart), access checks,
+attachments, backfill of an existing thread, and turning discord.py objects into the payload
+shapes `bots.discord.events` translates (so keys, filtering and bounds live in one pure place).
+
+Must not: touch storage or tools (the runner does), or import `bots.slack`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Literal
+
+import discord
+from discord import app_commands
+from discord.ext import commands
+
+from bots.discord.access import ADMIN_TEXT, discord_refusal, is_admin
+from bots.discord.buttons import DYNAMIC_ITEMS
+from bots.discord.events import (
+    MAX_ATTACHMENTS,
+    ButtonPress,
+    DiscordFile,
+    DiscordMessage,
+    Ignored,
+    IgnoreReason,
+    InteractionContext,
+    SlashCommand,
+    conversation_key,
+    parse_interaction,
+    parse_message,
+)
+from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
+from bots.incoming import Attachment, BackfillMessage, Incoming
+from bots.runner import STALE_STOP_TEXT, ConversationRunner
+from bots.settings import Settings
+from core.messages import Author
+
+log = logging.getLogger(__name__)
+
+DISCORD_RULES = """\
+You are talking with people in Discord. Your reply is rendered as Discord Markdown: short \
+paragraphs, `-` lists, **bold**, fenced code blocks with a language; no tables and no headings \
+deeper than ###. Messages are split at 2,000 characters, so keep answers focused."""
+
+MAX_BACKFILL = 50  # earlier messages of an existing thread given to a new conversation
+MAX_ATTACHMENT_BYTES = 25 * 1024 * 1024
+RECENT_DELIVERIES = 10_000  # gateway re-deliveries seen lately, before the durable claim
+THREAD_NAME_CHARS = 90
+THREAD_EXISTS = 160004  # "A thread has already been created for this message"
+NOT_HERE_TEXT = "There's no conversation here yet: mention me or use /ask."
+STOPPED_TEXT = "Stopped."
+IDLE_TEXT = "Nothing is running here."
+FEEDBACK_TEXT = "Thanks for the feedback."
+NO_THREADS_TEXT = (
+    "I can't start a thread here: I need the Create Public Threads permission in this channel."
+)
+
+
+class TeammateBot(commands.Bot):
+    """The bot. `runner` answers; `settings.discord` says who may use it and how it syncs.
+    `surfaces` is the `DiscordSurfaces` given to the runner, if any: the bot binds it."""
+
+    def __init__(
+        self,
+        runner: ConversationRunner,
+        settings: Settings,
+        *,
+        edit_interval_s: float = EDIT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        surfaces: DiscordSurfaces | None = None,
+        **options: Any,
+    ) -> None:
+        intents = discord.Intents.default()
+        intents.message_content = settings.discord.message_content
+        super().__init__(
+            command_prefix=commands.when_mentioned,
+            intents=intents,
+            help_command=None,
+            allowed_mentions=discord.AllowedMentions.none(),
+            **options,
+        )
+        self.runner = runner
+        self.settings = settings
+        self.config = settings.discord
+        # The runner's factory for earlier runs' surfaces (recovery), bound to this bot.
+        self.surfaces = surfaces or DiscordSurfaces()
+        self.surfaces.attach(self)
+        self._edit_interval_s = edit_interval_s
+        self._clock = clock
+        self._threads: set[str] = set()  # conversation keys of threads Teammate is part of
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._not_ours: OrderedDict[str, None] = OrderedDict()  # keys the store doesn't know
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.feedback: list[tuple[int, str, str]] = []  # (run, user, vote), for the log
+        self._add_commands()
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    async def setup_hook(self) -> None:
+        self.add_dynamic_items(*DYNAMIC_ITEMS)
+        guild_id = self.config.dev_guild_id
+        if guild_id is not None:
+            guild = discord.Object(id=int(guild_id))
+            self.tree.copy_global_to(guild=guild)
+            await self.tree.sync(guild=guild)
+            log.info("slash commands synced to the development guild %s", guild_id)
+        else:
+            await self.tree.sync()
+            log.info("slash commands synced globally (they may take a while to appear)")
+
+    async def on_ready(self) -> None:
+        mode = (
+            "with the Message Content intent: messages in my threads continue conversations"
+            if self.intents.message_content
+            else "without the Message Content intent: mentions, replies to me and DMs only"
+        )
+        log.info("Discord: logged in as %s, %s", self.user, mode)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await super().close()
+
+    # -- messages ----------------------------------------------------------------------------
+
+    async def on_message(self, message: discord.Message) -> None:
+        if self.user is None:
+            return
+        payload = message_payload(message)
+        parent = _thread_parent(message.channel)
+        parsed = parse_message(
+            payload,
+            bot_user_id=str(self.user.id),
+            thread_parent=lambda _channel_id: parent,
+            known_thread=self._threads.__contains__,
+        )
+        if (
+            isinstance(parsed, Ignored)
+            and parsed.reason is IgnoreReason.NOT_ADDRESSED
+            and await self._ours_after_all(message, parent)
+        ):
+            parsed = parse_message(
+                payload,
+                bot_user_id=str(self.user.id),
+                thread_parent=lambda _channel_id: parent,
+                known_thread=self._threads.__contains__,
+            )
+        if isinstance(parsed, Ignored):
+            log.debug("message %s ignored: %s", message.id, parsed.reason)
+            return
+        if not self._first_delivery(parsed.delivery_id):
+            return
+        self._spawn(self._answer_message(message, parsed))
+
+    async def _ours_after_all(self, message: discord.Message, parent: str | None) -> bool:
+        """Whether a message in a thread, or a reply, belongs to a conversation of ours that
+        this process has not seen yet (from before a restart). Asks the store once per key;
+        a plain channel message costs nothing."""
+        keys: list[str] = []
+        if parent is not None:
+            keys.append(conversation_key(_guild_id(message), str(message.channel.id)))
+        reference = message.reference
+        if reference is not None and reference.message_id is not None:
+            keys.append(conversation_key(_guild_id(message), str(reference.message_id)))
+        found = False
+        for key in keys:
+            if key in self._not_ours:
+                continue
+            if await self.runner.store.get_conversation(key) is not None:
+                self._threads.add(key)
+                found = True
+            else:
+                self._not_ours[key] = None
+                while len(self._not_ours) > RECENT_DELIVERIES:
+                    self._not_ours.popitem(last=False)
+        return found
+
+    async def _answer_message(self, message: discord.Message, parsed: DiscordMessage) -> None:
+        refusal = discord_refusal(
+            self.config,
+            parsed.person,
+            guild_id=parsed.guild_id,
+            channel_id=parsed.parent_channel_id,
+        )
+        if refusal is not None:
+            # Ignored without a word: only slash commands get a (private) note.
+            log.info("ignored %s in %s: %s", parsed.person.user_id, parsed.channel_key, refusal)
+            return
+        key = parsed.conversation_key
+        if parsed.stop_requested:
+            result = self.runner.stop(key, by=parsed.person.author())
+            await message.reply(STOPPED_TEXT if result == "stopped" else IDLE_TEXT)
+            return
+        thread: discord.abc.MessageableChannel = message.channel
+        if parsed.opens_thread:
+            try:
+                thread = await self._thread_from(message, parsed.text or "a question")
+            except discord.Forbidden:
+                log.warning("no permission to create threads in %s", parsed.channel_key)
+                await message.reply(NO_THREADS_TEXT, mention_author=False)
+                return
+        backfill: tuple[BackfillMessage, ...] = ()
+        if await self._is_new_thread_conversation(parsed):
+            backfill = await self._backfill(message)
+        self._threads.add(key)
+        self._not_ours.pop(key, None)
+        attachments = await self._download(message, parsed.files)
+        incoming = parsed.to_incoming(
+            attachments=attachments, backfill=backfill, title=_title(message.channel)
+        )
+        surface = DiscordSurface(
+            thread,
+            channel_id=thread.id,
+            conversation_channel_id=parsed.thread_id,
+            clock=self._clock,
+            edit_interval_s=self._edit_interval_s,
+        )
+        await self.runner.submit(incoming, surface)
+
+    async def _is_new_thread_conversation(self, parsed: DiscordMessage) -> bool:
+        """A mention in an existing thread that has no conversation yet: worth a backfill."""
+        if not parsed.mentioned or parsed.is_dm or parsed.opens_thread:
+            return False
+        key = parsed.conversation_key
+        return key not in self._threads and await self.runner.store.get_conversation(key) is None
+
+    async def _thread_from(self, message: discord.Message, text: str) -> discord.Thread:
+        name = " ".join(text.split())[:THREAD_NAME_CHARS] or "Teammate"
+        try:
+            return await message.create_thread(name=name)
+        except discord.HTTPException as exc:
+            if exc.code != THREAD_EXISTS:
+                raise
+            # Started already (a re-delivered message): a thread has its message's id.
+            channel = self.get_channel(message.id) or await self.fetch_channel(message.id)
+            assert isinstance(channel, discord.Thread)
+            return channel
+
+    async def _backfill(self, message: discord.Message) -> tuple[BackfillMessage, ...]:
+        """The thread's earlier messages, oldest first (bounded), for a new conversation."""
+        earlier: list[BackfillMessage] = []
+        me = self.user.id if self.user is not None else None
+        async for previous in message.channel.history(limit=MAX_BACKFILL, before=message):
+            if not previous.content.strip():
+                continue
+            earlier.append(
+                BackfillMessage(
+                    author=Author(id=str(previous.author.id), name=previous.author.display_name),
+                    text=previous.content[:4_000],
+                    timestamp=previous.created_at.timestamp(),
+                    platform_message_id=str(previous.id),
+                    from_assistant=previous.author.id == me,
+                )
+            )
+        return tuple(reversed(earlier))
+
+    async def _download(
+        self, message: discord.Message, files: tuple[DiscordFile, ...]
+    ) -> tuple[Attachment, ...]:
+        wanted = {file.id: file for file in files}
+        found: list[Attachment] = []
+        for attachment in message.attachments[:MAX_ATTACHMENTS]:
+            file = wanted.get(str(attachment.id))
+            if file is None or attachment.size > MAX_ATTACHMENT_BYTES:
+                continue
+            try:
+                data = await attachment.read()
+            except discord.HTTPException:
+                log.warning("attachment %s could not be downloaded", attachment.id)
+                continue
+            mime_type = file.content_type.split(";", 1)[0].strip() or "application/octet-stream"
+            found.append(Attachment(name=file.name, mime_type=mime_type, data=data))
+        return tuple(found)
+
+    # -- slash commands ----------------------------------------------------------------------
+
+    def _add_commands(self) -> None:
+        @app_commands.command(name="ask", description="Ask Teammate something")
+        @app_commands.describe(prompt="What you want to ask")
+        async def ask(interaction: discord.Interaction[Any], prompt: str) -> None:
+            await self._ask(interaction)
+
+        @app_commands.command(name="stop", description="Stop Teammate's answer here")
+        async def stop(interaction: discord.Interaction[Any]) -> None:
+            await self._simple(interaction, "stop")
+
+        @app_commands.command(name="new", description="Start a fresh conversation here")
+        async def new(interaction: discord.Interaction[Any]) -> None:
+            await self._simple(interaction, "new")
+
+        @app_commands.command(name="usage", description="Tokens and cost of this conversation")
+        async def usage(interaction: discord.Interaction[Any]) -> None:
+            await self._simple(interaction, "usage")
+
+        @app_commands.command(name="reset", description="Forget this conversation's history")
+        async def reset(interaction: discord.Interaction[Any]) -> None:
+            await self._simple(interaction, "reset")
+
+        group = app_commands.Group(name="teammate", description="Teammate's settings")
+
+        @group.command(name="config", description="This channel's Teammate settings (admins)")
+        async def config(interaction: discord.Interaction[Any]) -> None:
+            await self._config(interaction)
+
+        commands_: list[app_commands.Command[Any, ..., None]] = [ask, stop, new, usage, reset]
+        for command in commands_:
+            self.tree.add_command(command)
+        self.tree.add_command(group)
+
+    def _context(self, interaction: discord.Interaction[Any]) -> SlashCommand | None:
+        parsed = parse_interaction(interaction_payload(interaction))
+        return parsed if isinstance(parsed, SlashCommand) else None
+
+    async def _refused(
+        self, interaction: discord.Interaction[Any], context: InteractionContext
+    ) -> bool:
+        refusal = discord_refusal(
+            self.config,
+            context.person,
+            guild_id=context.guild_id,
+            channel_id=context.parent_channel_id,
+        )
+        if refusal is not None:
+            await interaction.response.send_message(refusal, ephemeral=True)
+            return True
+        return False
+
+    async def _ask(self, interaction: discord.Interaction[Any]) -> None:
+        command = self._context(interaction)
+        if command is None or command.name != "ask":
+            await interaction.response.send_message("I couldn't read that command.", ephemeral=True)
+            return
+        context = command.context
+        if await self._refused(interaction, context):
+            return
+        if not self._first_delivery(context.delivery_id):
+            return
+        # Within Discord's 3 seconds: "Teammate is thinking…" shows until the answer streams.
+        await interaction.response.defer(thinking=True)
+        original = await interaction.original_response()
+        channel = interaction.channel
+        if channel is None or not isinstance(channel, discord.abc.Messageable):
+            return
+        conversation_channel = channel
+        head_channel: discord.abc.Messageable | None = None
+        thread_id = context.channel_id
+        if not context.is_dm and not context.in_thread and isinstance(channel, discord.TextChannel):
+            # The conversation continues in a thread started from the answer.
+            try:
+                thread = await self._thread_from(original, command.prompt)
+            except discord.Forbidden:
+                log.warning("no permission to create threads in %s", context.channel_key)
+                await interaction.edit_original_response(content=NO_THREADS_TEXT)
+                return
+            conversation_channel, head_channel, thread_id = thread, channel, str(thread.id)
+        key = conversation_key(context.guild_id, thread_id)
+        self._threads.add(key)
+        self._not_ours.pop(key, None)
+        incoming = Incoming(
+            conversation_key=key,
+            channel_key=context.channel_key,
+            author=context.person.author(),
+            text=command.prompt,
+            delivery_id=context.delivery_id,
+            timestamp=context.timestamp,
+            platform_message_id=context.interaction_id,
+            title=_title(channel),
+        )
+        surface = DiscordSurface(
+            conversation_channel,
+            channel_id=int(thread_id),
+            conversation_channel_id=thread_id,
+            interaction=interaction,
+            head_id=original.id,
+            head_channel=head_channel,
+            clock=self._clock,
+            edit_interval_s=self._edit_interval_s,
+        )
+        await self.runner.submit(incoming, surface)
+
+    async def _simple(
+        self, interaction: discord.Interaction[Any], name: Literal["stop", "new", "usage", "reset"]
+    ) -> None:
+        command = self._context(interaction)
+        if command is None:
+            await interaction.response.send_message("I couldn't read that command.", ephemeral=True)
+            return
+        context = command.context
+        if await self._refused(interaction, context):
+            return
+        key = context.conversation_key
+        text = await self._run_simple(name, key, context)
+        await interaction.response.send_message(text, ephemeral=True)
+
+    async def _run_simple(self, name: str, key: str, context: InteractionContext) -> str:
+        if name == "stop":
+            result = self.runner.stop(key, by=context.person.author())
+            return STOPPED_TEXT if result == "stopped" else IDLE_TEXT
+        if name in ("new", "reset"):
+            if not (context.is_dm or context.in_thread):
+                return NOT_HERE_TEXT
+            done = await self.runner.reset(key)
+            return (
+                "Starting afresh: I won't see the earlier messages here."
+                if done
+                else "There was nothing to forget here."
+            )
+        usage = await self.runner.usage(key)
+        return (
+            f"This conversation: {usage.total_tokens:,} tokens, ${usage.cost:.4f} "
+            f"({usage.input:,} in, {usage.output:,} out, {usage.cache_read:,} from cache)."
+        )
+
+    async def _config(self, interaction: discord.Interaction[Any]) -> None:
+        command = self._context(interaction)
+        if command is None:
+            await interaction.response.send_message("I couldn't read that command.", ephemeral=True)
+            return
+        if not is_admin(self.config, command.context.person):
+            await interaction.response.send_message(ADMIN_TEXT, ephemeral=True)
+            return
+        channel_key = command.context.channel_key
+        channel = self.settings.channel(channel_key)
+        tools = self.settings.tools_for(channel_key)
+        text = (
+            f"Settings for `{channel_key}`:\n"
+            f"- model: `{self.settings.model_for(channel_key)}`\n"
+            f"- extra system prompt: {channel.system_prompt[:500] or '(none)'}\n"
+            f"- tools: {', '.join(tools.enabled) if tools.enabled else 'the defaults'}"
+        )
+        await interaction.response.send_message(text[:2_000], ephemeral=True)
+
+    # -- buttons (bots.discord.buttons.ButtonHandler) ------------------------------------------
+
+    async def on_stop_button(
+        self, interaction: discord.Interaction[Any], run_id: int, channel_id: str | None
+    ) -> None:
+        parsed = parse_interaction(interaction_payload(interaction))
+        if not isinstance(parsed, ButtonPress):
+            await interaction.response.send_message(STALE_STOP_TEXT, ephemeral=True)
+            return
+        if await self._refused(interaction, parsed.context):
+            return
+        result = self.runner.stop(
+            parsed.conversation_key, run_id, by=parsed.context.person.author()
+        )
+        text = STOPPED_TEXT if result == "stopped" else STALE_STOP_TEXT
+        await interaction.response.send_message(text, ephemeral=True)
+
+    async def on_feedback_button(
+        self, interaction: discord.Interaction[Any], run_id: int, vote: Literal["up", "down"]
+    ) -> None:
+        # Kept in the log until the store records feedback with its run.
+        self.feedback.append((run_id, str(interaction.user.id), vote))
+        log.info("feedback on run %s from %s: %s", run_id, interaction.user.id, vote)
+        await interaction.response.send_message(FEEDBACK_TEXT, ephemeral=True)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _first_delivery(self, delivery_id: str) -> bool:
+        """False for a gateway re-delivery seen lately (the runner's claim is the durable one;
+        this only spares a second thread or a second defer)."""
+        if delivery_id in self._recent:
+            return False
+        self._recent[delivery_id] = None
+        while len(self._recent) > RECENT_DELIVERIES:
+            self._recent.popitem(last=False)
+        return True
+
+    def _spawn(self, coroutine: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("handling a Discord message failed", exc_info=task.exception())
+
+
+# -- discord.py objects as the payload shapes the translator reads --------------------------------
+
+
+def message_payload(message: discord.Message) -> dict[str, Any]:
+    """The gateway `MESSAGE_CREATE` shape of `message` (the fields the translator reads)."""
+    author = message.author
+    payload: dict[str, Any] = {
+        "id": str(message.id),
+        "type": message.type.value,
+        "channel_id": str(message.channel.id),
+        "author": _user(author),
+        "content": message.content,
+        "edited_timestamp": message.edited_at.isoformat() if message.edited_at else None,
+        "mentions": [_user(user) for user in message.mentions],
+        "attachments": [
+            {
+                "id": str(a.id),
+                "filename": a.filename,
+                "size": a.size,
+                "url": a.url,
+                "content_type": a.content_type,
+            }
+            for a in message.attachments
+        ],
+    }
+    if message.guild is not None:
+        payload["guild_id"] = str(message.guild.id)
+    if isinstance(author, discord.Member):
+        payload["member"] = {"nick": author.nick, "roles": [str(r.id) for r in author.roles[1:]]}
+    if message.webhook_id is not None:
+        payload["webhook_id"] = str(message.webhook_id)
+    reference = message.reference
+    if reference is not None and reference.message_id is not None:
+        payload["message_reference"] = {"message_id": str(reference.message_id)}
+        resolved = reference.resolved
+        if isinstance(resolved, discord.Message):
+            payload["referenced_message"] = {"author": {"id": str(resolved.author.id)}}
+    return payload
+
+
+def interaction_payload(interaction: discord.Interaction[Any]) -> dict[str, Any]:
+    """The gateway `INTERACTION_CREATE` shape of `interaction`."""
+    payload: dict[str, Any] = {
+        "id": str(interaction.id),
+        "application_id": str(interaction.application_id),
+        "type": interaction.type.value,
+        "token": interaction.token,
+        "channel_id": str(interaction.channel_id),
+        "data": interaction.data,
+    }
+    channel = interaction.channel
+    if channel is not None:
+        parent = getattr(channel, "parent_id", None)
+        payload["channel"] = {
+            "id": str(channel.id),
+            "type": getattr(channel.type, "value", None),
+            "parent_id": str(parent) if parent is not None else None,
+        }
+    user = _user(interaction.user)
+    if interaction.guild_id is not None:
+        payload["guild_id"] = str(interaction.guild_id)
+        member = interaction.user
+        roles = [str(r.id) for r in member.roles[1:]] if isinstance(member, discord.Member) else []
+        nick = member.nick if isinstance(member, discord.Member) else None
+        payload["member"] = {"user": user, "roles": roles, "nick": nick}
+    else:
+        payload["user"] = user
+    if interaction.message is not None:
+        payload["message"] = {"id": str(interaction.message.id)}
+    return payload
+
+
+def _user(user: discord.abc.User) -> dict[str, Any]:
+    return {
+        "id": str(user.id),
+        "username": user.name,
+        "global_name": user.global_name,
+        "bot": user.bot,
+        "system": user.system,
+    }
+
+
+def _guild_id(message: discord.Message) -> str | None:
+    return str(message.guild.id) if message.guild is not None else None
+
+
+def _thread_parent(channel: object) -> str | None:
+    if isinstance(channel, discord.Thread):
+        return str(channel.parent_id)
+    return None
+
+
+def _title(channel: object) -> str | None:
+    name = getattr(channel, "name", None)
+    return f"#{name}" if isinstance(name, str) else None

@@ -1,0 +1,591 @@
+"""How a run looks on Discord (docs/architecture.md, "The contracts": Surface).
+
+Owns: `DiscordSurface` and `DiscordSurfaces` (the factory that reports on an earlier run after a
+restart). A run shows as:
+- a head message, posted at `run_started` ("Working…" with a Stop button whose persistent
+  custom id carries the run), or the interaction's own response for `/ask`;
+- the answer streamed into the head and the messages after it, edited at most about once a
+  second (`bots.throttle`), split at Discord's 2,000 characters on paragraph or code-fence
+  boundaries with fences balanced (`bots.markdown_split`);
+- one compact embed per tool call (label, green or red, duration, arguments and output cut
+  short); output too long for an embed is attached as a file, which the client folds;
+- at the end the Stop button goes, 👍/👎 buttons join the last message of the answer, and an
+  error is one short line.
+Nothing mentions anyone unless it is a note addressed to one person. A typing indicator runs
+while the run works.
+
+Interaction tokens live 15 minutes: the head of an `/ask` is edited through the token only
+while it is valid (`TOKEN_LIFE_S`, with a margin); after that, or when Discord refuses the
+token, what the head would have shown is posted with the bot token instead, never lost.
+Private notices go ephemeral through a live interaction, else are addressed to the person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+import discord
+
+from bots.discord.buttons import feedback_view, stop_view
+from bots.markdown_split import split_markdown
+from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
+from bots.throttle import Throttle
+from core.events import (
+    AgentEnd,
+    AgentStart,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+    TurnEnd,
+    TurnStart,
+)
+from core.messages import AssistantMessage
+from core.models.base import TextDelta
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "discord"
+MESSAGE_LIMIT = 2_000
+EDIT_INTERVAL_S = 1.0
+TOKEN_LIFE_S = 15 * 60 - 60  # an interaction token's 15 minutes, less a margin for the call
+MAX_PARTS_PER_BLOCK = 10  # more than this is attached as a file instead of a wall of messages
+EMBED_OUTPUT_CHARS = 900  # tool output shown in the embed; more goes to a file
+EMBED_ARGS_CHARS = 300
+EMBED_TITLE_CHARS = 240
+MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # under Discord's default 10 MiB per upload
+ERROR_CHARS = 400
+WORKING_TEXT = "⏳ Working…"
+OVERFLOW_TEXT = "*(The rest of this answer is attached as `answer.md` when it is complete.)*"
+GREEN = 0x2D9D78
+RED = 0xD9534F
+GREY = 0x99AAB5
+_NOTICE_MARK = {"info": "ℹ️", "warning": "⚠️", "error": "❌"}
+_INVALID_TOKEN_CODES = frozenset({50027, 10015})  # invalid webhook token, unknown webhook
+_NO_MENTIONS = discord.AllowedMentions.none()
+
+
+class Posted:
+    """A message this surface posted and may edit. `edit` returns False when it can no
+    longer edit it (an interaction token that expired or was refused)."""
+
+    def __init__(self, message_id: int, content: str = "") -> None:
+        self.id = message_id
+        self.content = content
+        self.has_view = False
+
+    async def edit(self, **fields: Any) -> bool:
+        raise NotImplementedError
+
+    async def current_content(self) -> str | None:
+        """What the message shows now, as Discord says (None: can't tell)."""
+        return None
+
+
+class _BotMessage(Posted):
+    def __init__(self, message: discord.Message | discord.PartialMessage, content: str) -> None:
+        super().__init__(message.id, content)
+        self._message = message
+
+    async def edit(self, **fields: Any) -> bool:
+        try:
+            await self._message.edit(**fields)
+        except (discord.NotFound, discord.Forbidden):
+            return False  # deleted, or not ours to edit: the caller shows it anew
+        return True
+
+    async def current_content(self) -> str | None:
+        try:
+            return (await self._message.fetch()).content
+        except discord.HTTPException:
+            return None
+
+
+class _InteractionResponse(Posted):
+    """The `/ask` interaction's original response, editable through its token while alive."""
+
+    def __init__(
+        self,
+        interaction: discord.Interaction[Any],
+        message_id: int,
+        content: str,
+        alive: Callable[[], bool],
+    ) -> None:
+        super().__init__(message_id, content)
+        self._interaction = interaction
+        self._alive = alive
+
+    async def edit(self, **fields: Any) -> bool:
+        if not self._alive():
+            return False
+        try:
+            await self._interaction.edit_original_response(**fields)
+        except discord.HTTPException as exc:
+            if exc.status == 401 or exc.code in _INVALID_TOKEN_CODES:
+                return False
+            raise
+        return True
+
+
+@dataclass(slots=True)
+class _Block:
+    """One stretch of answer text between tool calls, shown as one or more messages."""
+
+    text: str = ""
+    posted: list[Posted] = field(default_factory=list)
+    overflow_attached: bool = False
+
+
+class DiscordSurface:
+    """Shows one run (or one steered message's notices) in a Discord channel, thread or DM.
+
+    `channel` is where new messages go (the conversation's thread or DM). `head` is a message
+    already shown for this run (the `/ask` response); `interaction` is the interaction that
+    started it, for the head's token and ephemeral notices; `reply_to` is the person's message,
+    for addressed notices. `clock` and `edit_interval_s` are for tests.
+    """
+
+    def __init__(
+        self,
+        channel: discord.abc.Messageable,
+        *,
+        channel_id: int,
+        conversation_channel_id: str | None = None,
+        interaction: discord.Interaction[Any] | None = None,
+        head_id: int | None = None,
+        head_channel: discord.abc.Messageable | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        edit_interval_s: float = EDIT_INTERVAL_S,
+        token_life_s: float = TOKEN_LIFE_S,
+    ) -> None:
+        self._channel = channel
+        self._channel_id = channel_id
+        self._conversation_channel_id = conversation_channel_id or str(channel_id)
+        self._interaction = interaction
+        self._clock = clock
+        self._token_deadline = clock() + token_life_s
+        self._head: Posted | None = None
+        # An /ask's head is in the channel, the conversation in the thread started from it.
+        self._head_channel_id = _channel_id(head_channel) if head_channel is not None else None
+        if head_id is not None:
+            if interaction is not None:
+                self._head = _InteractionResponse(interaction, head_id, "", self._token_alive)
+            else:
+                self._head = _BotMessage(_partial(head_channel or channel, head_id), "")
+            # Shown before (a restart's report): its Stop button, if any, must go at the end.
+            self._head.has_view = True
+        self._first_head = self._head
+        self._head_is_status = False  # the head shows WORKING_TEXT, set by this surface
+        self._head_in_text = False  # the head shows the first block's first part
+        self._blocks: list[_Block] = []
+        self._tools: dict[str, tuple[Posted, ToolExecutionStart]] = {}
+        self._tool_count = 0
+        self._run_id: int | None = None
+        self._lock = asyncio.Lock()  # one writer at a time keeps messages in order
+        self._throttle = Throttle(self._flush, edit_interval_s, clock=clock)
+        self._typing: asyncio.Task[None] | None = None
+        self._typing_stop = asyncio.Event()
+        self._finished = False
+
+    # -- the Surface contract ----------------------------------------------------------------
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        ref: dict[str, Any] = {"platform": PLATFORM, "channel_id": str(self._channel_id)}
+        if self._head is not None:
+            ref["head_id"] = str(self._head.id)
+            if self._head_channel_id is not None and self._head is self._first_head:
+                ref["head_channel_id"] = str(self._head_channel_id)
+        return ref
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        match event:
+            case RunStarted(run_id=run_id):
+                self._run_id = run_id
+                self._start_typing()
+                await self._show_head()
+            case MessageStart(message=AssistantMessage()):
+                if not self._blocks or self._blocks[-1].text:
+                    self._blocks.append(_Block())
+            case MessageUpdate(delta=TextDelta(delta=text)):
+                if text:
+                    if not self._blocks:
+                        self._blocks.append(_Block())
+                    self._blocks[-1].text += text
+                    self._throttle.request()
+            case MessageEnd(message=AssistantMessage()):
+                self._throttle.request()
+            case ToolExecutionStart():
+                await self._throttle.drain()  # the text before the call shows above it
+                await self._tool_started(event)
+            case ToolExecutionEnd():
+                await self._tool_ended(event)
+            case Notice():
+                await self._notice(event)
+            case FileOut():
+                await self._file(event)
+            case RunFinished():
+                await self._finish(event)
+            case (
+                AgentStart()
+                | TurnStart()
+                | MessageStart()
+                | MessageUpdate()
+                | MessageEnd()
+                | ToolExecutionUpdate()
+                | TurnEnd()
+                | AgentEnd()
+            ):
+                pass
+            case _:
+                assert_never(event)
+
+    async def close(self) -> None:
+        await self._throttle.close()
+        await self._stop_typing()
+
+    # -- the head ----------------------------------------------------------------------------
+
+    def _token_alive(self) -> bool:
+        return self._clock() < self._token_deadline
+
+    def _stop_button(self) -> discord.ui.View | None:
+        if self._run_id is None:
+            return None
+        return stop_view(self._run_id, self._conversation_channel_id)
+
+    async def _show_head(self) -> None:
+        async with self._lock:
+            view = self._stop_button()
+            head = self._head
+            shown = head is not None and (
+                view is None or await head.edit(content=WORKING_TEXT, view=view)
+            )
+            if head is None or not shown:
+                head = await self._send(WORKING_TEXT, view=view)
+            head.content = WORKING_TEXT
+            head.has_view = view is not None
+            self._head = head
+            self._head_is_status = True
+
+    # -- text --------------------------------------------------------------------------------
+
+    async def _flush(self) -> None:
+        """Render every block's current text (called by the throttle, at most ~1/s)."""
+        async with self._lock:
+            for block in self._blocks:
+                await self._render_block(block)
+
+    async def _render_block(self, block: _Block) -> None:
+        parts = split_markdown(block.text, MESSAGE_LIMIT) if block.text.strip() else []
+        if len(parts) > MAX_PARTS_PER_BLOCK:
+            parts = [*parts[: MAX_PARTS_PER_BLOCK - 1], OVERFLOW_TEXT]
+        for index, part in enumerate(parts):
+            if index < len(block.posted):
+                posted = block.posted[index]
+                if posted.content != part:
+                    await self._edit_or_repost(block, index, content=part)
+                continue
+            if not block.posted and self._may_use_head():
+                assert self._head is not None
+                self._head_in_text = True
+                block.posted.append(self._head)
+                await self._edit_or_repost(block, 0, content=part)
+                continue
+            block.posted.append(await self._send(part))
+
+    def _may_use_head(self) -> bool:
+        """The first text of a run goes into the head, unless tools came first."""
+        return (
+            self._head is not None
+            and not self._head_in_text
+            and self._tool_count == 0
+            and not any(b.posted for b in self._blocks)
+        )
+
+    async def _edit_or_repost(self, block: _Block, index: int, **fields: Any) -> None:
+        posted = block.posted[index]
+        if await posted.edit(allowed_mentions=_NO_MENTIONS, **fields):
+            posted.content = fields.get("content", posted.content)
+            return
+        # The interaction token is gone: show it anew with the bot token, and keep going there.
+        replacement = await self._send(
+            fields.get("content", posted.content), view=self._stop_button()
+        )
+        replacement.has_view = self._run_id is not None and not self._finished
+        block.posted[index] = replacement
+        if posted is self._head:
+            self._head = replacement
+
+    # -- tools -------------------------------------------------------------------------------
+
+    async def _tool_started(self, event: ToolExecutionStart) -> None:
+        self._tool_count += 1
+        embed = discord.Embed(
+            title=_cut(f"⚙️ {event.label or event.tool_name}", EMBED_TITLE_CHARS), colour=GREY
+        )
+        async with self._lock:
+            posted = await self._send("", embed=embed)
+        self._tools[event.tool_call_id] = (posted, event)
+        self._blocks.append(_Block())  # text after the call goes below it
+
+    async def _tool_ended(self, event: ToolExecutionEnd) -> None:
+        started = self._tools.pop(event.tool_call_id, None)
+        label = event.tool_name
+        arguments: dict[str, Any] = {}
+        if started is not None:
+            label = started[1].label or event.tool_name
+            arguments = started[1].arguments
+        output = event.result.text()
+        mark = "❌" if event.is_error else "✅"
+        embed = discord.Embed(
+            title=_cut(f"{mark} {label}", EMBED_TITLE_CHARS),
+            colour=RED if event.is_error else GREEN,
+        )
+        if output.strip():
+            embed.description = _code(_cut(output, EMBED_OUTPUT_CHARS))
+        if arguments:
+            embed.add_field(name="arguments", value=_code(_cut(_json(arguments), EMBED_ARGS_CHARS)))
+        embed.set_footer(text=f"{event.tool_name} · {event.duration_s:.1f}s")
+        files: list[discord.File] = []
+        if len(output) > EMBED_OUTPUT_CHARS:
+            data = output.encode()[:MAX_UPLOAD_BYTES]
+            files.append(discord.File(io.BytesIO(data), filename=f"{event.tool_name}-output.txt"))
+        async with self._lock:
+            if started is None:
+                await self._send("", embed=embed, files=files)
+                return
+            posted = started[0]
+            fields: dict[str, Any] = {"embed": embed}
+            if files:
+                fields["attachments"] = files
+            if not await posted.edit(**fields):
+                await self._send("", embed=embed, files=files)
+
+    # -- notices, files, the end -------------------------------------------------------------
+
+    async def _notice(self, event: Notice) -> None:
+        text = _cut(f"{_NOTICE_MARK[event.level]} {event.text}", MESSAGE_LIMIT)
+        async with self._lock:
+            if event.audience is None:
+                await self._send(text)
+                return
+            if self._interaction is not None and self._token_alive():
+                try:
+                    await self._interaction.followup.send(
+                        text, ephemeral=True, allowed_mentions=_NO_MENTIONS
+                    )
+                    return
+                except discord.HTTPException as exc:
+                    if exc.status != 401 and exc.code not in _INVALID_TOKEN_CODES:
+                        raise
+            user_id = event.audience.id
+            if user_id.isdigit():
+                mentions = discord.AllowedMentions(
+                    everyone=False, roles=False, users=[discord.Object(id=int(user_id))]
+                )
+                await self._send(
+                    _cut(f"<@{user_id}> {text}", MESSAGE_LIMIT), allowed_mentions=mentions
+                )
+            else:
+                await self._send(text)
+
+    async def _file(self, event: FileOut) -> None:
+        async with self._lock:
+            if len(event.data) > MAX_UPLOAD_BYTES:
+                size_mb = len(event.data) / 1_048_576
+                await self._send(
+                    _cut(
+                        f"📎 `{event.name}` is too large to attach here ({size_mb:.1f} MB); "
+                        f"it is in the channel's workspace at `{event.path}`.",
+                        MESSAGE_LIMIT,
+                    )
+                )
+                return
+            await self._send(
+                "", files=[discord.File(io.BytesIO(event.data), filename=event.name[:200])]
+            )
+
+    async def _finish(self, event: RunFinished) -> None:
+        self._run_id = event.run_id
+        if event.final_text.strip() and not any(block.text.strip() for block in self._blocks):
+            # Nothing was streamed (a report after a restart, a model that does not stream).
+            self._blocks.append(_Block(text=event.final_text))
+            self._throttle.request()
+        await self._throttle.drain()
+        self._finished = True
+        await self._stop_typing()
+        async with self._lock:
+            await self._attach_overflow()
+            last = self._last_text_message()
+            head = self._head
+            if head is not None and head.has_view and not self._head_is_status:
+                # A head shown before a restart: if it still says "working", it is a status.
+                self._head_is_status = await head.current_content() == WORKING_TEXT
+            if head is not None and head is not last and (head.has_view or self._head_is_status):
+                if self._head_is_status and not self._head_in_text:
+                    # The head has no text of its own: it becomes a one-line summary.
+                    summary = _summary(event, self._tool_count)
+                    if not await head.edit(content=summary, view=None):
+                        await self._send(summary)
+                else:  # what it shows (after a restart: unknown to us) stays
+                    await head.edit(view=None)
+                head.has_view = False
+            if last is not None:
+                view = feedback_view(event.run_id) if event.outcome == "done" else None
+                if view is not None or last.has_view:
+                    if not await last.edit(view=view):
+                        await self._send(last.content, view=view)
+                    last.has_view = view is not None
+            if event.error_text:
+                await self._send(_error_line(event))
+
+    async def _attach_overflow(self) -> None:
+        for block in self._blocks:
+            parts = split_markdown(block.text, MESSAGE_LIMIT) if block.text.strip() else []
+            if len(parts) > MAX_PARTS_PER_BLOCK and not block.overflow_attached:
+                data = block.text.encode()[:MAX_UPLOAD_BYTES]
+                await self._send("", files=[discord.File(io.BytesIO(data), filename="answer.md")])
+                block.overflow_attached = True
+
+    def _last_text_message(self) -> Posted | None:
+        for block in reversed(self._blocks):
+            if block.posted:
+                return block.posted[-1]
+        return None
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        content: str,
+        *,
+        view: discord.ui.View | None = None,
+        embed: discord.Embed | None = None,
+        files: list[discord.File] | None = None,
+        allowed_mentions: discord.AllowedMentions = _NO_MENTIONS,
+    ) -> Posted:
+        """Post with the bot token in the conversation's channel."""
+        kwargs: dict[str, Any] = {"allowed_mentions": allowed_mentions}
+        if content:
+            kwargs["content"] = content
+        if view is not None:
+            kwargs["view"] = view
+        if embed is not None:
+            kwargs["embed"] = embed
+        if files:
+            kwargs["files"] = files
+        message = await self._channel.send(**kwargs)
+        posted = _BotMessage(message, content)
+        posted.has_view = view is not None
+        return posted
+
+    # -- typing ------------------------------------------------------------------------------
+
+    def _start_typing(self) -> None:
+        if self._typing is None:
+            self._typing = asyncio.create_task(self._type(), name="discord-typing")
+
+    async def _type(self) -> None:
+        try:
+            async with self._channel.typing():
+                await self._typing_stop.wait()
+        except discord.HTTPException:
+            log.info("the typing indicator failed; the answer is not affected")
+
+    async def _stop_typing(self) -> None:
+        self._typing_stop.set()
+        if self._typing is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._typing
+
+
+class DiscordSurfaces:
+    """Surfaces for earlier Discord runs, from their stored `ref` (recovery after a restart).
+
+    The runner is made before the bot that needs it, so the bot `attach`es itself; until then
+    (and for refs of other platforms) there is no surface. Call the runner's `recover()` once
+    the bot has logged in: a surface posts through the bot's connection."""
+
+    def __init__(self, client: discord.Client | None = None) -> None:
+        self._client = client
+
+    def attach(self, client: discord.Client) -> None:
+        self._client = client
+
+    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> Surface | None:
+        if ref.get("platform") != PLATFORM or self._client is None:
+            return None
+        channel_id = _int(ref.get("channel_id"))
+        if channel_id is None:
+            return None
+        head_id = _int(ref.get("head_id"))
+        head_channel_id = _int(ref.get("head_channel_id"))
+        return DiscordSurface(
+            self._client.get_partial_messageable(channel_id),
+            channel_id=channel_id,
+            conversation_channel_id=conversation_key.rsplit(":", 1)[-1],
+            head_id=head_id,
+            head_channel=self._client.get_partial_messageable(head_channel_id)
+            if head_channel_id is not None
+            else None,
+        )
+
+
+def _partial(channel: discord.abc.Messageable, message_id: int) -> discord.PartialMessage:
+    get = getattr(channel, "get_partial_message", None)
+    if get is None:
+        raise TypeError("this channel cannot address a message by id")
+    message: discord.PartialMessage = get(message_id)
+    return message
+
+
+def _channel_id(channel: discord.abc.Messageable) -> int | None:
+    channel_id = getattr(channel, "id", None)
+    return channel_id if isinstance(channel_id, int) else None
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 20 else None
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _code(text: str) -> str:
+    # A fence inside the output would end the block early: break it visibly.
+    return "```\n" + text.replace("```", "`\u200b``") + "\n```"
+
+
+def _json(arguments: dict[str, Any]) -> str:
+    try:
+        return json.dumps(arguments, ensure_ascii=False, default=str)
+    except ValueError:
+        return str(arguments)
+
+
+def _summary(event: RunFinished, tools: int) -> str:
+    used = f"used {tools} tool{'s' if tools != 1 else ''}" if tools else ""
+    if event.outcome == "done":
+        return f"✅ {used.capitalize()}" if used else "✅ Done"
+    head = {"aborted": "⏹️ Stopped", "interrupted": "⚠️ Interrupted"}.get(event.outcome, "❌ Failed")
+    return f"{head} · {used}" if used else head
+
+
+def _error_line(event: RunFinished) -> str:
+    text = _cut(" ".join((event.error_text or "").split()), ERROR_CHARS)
+    if event.reference and event.reference not in text:
+        text += f" (reference `{event.reference}`)"
+    mark = {"aborted": "⏹️", "interrupted": "⚠️"}.get(event.outcome, "❌")
+    return f"{mark} {text}"

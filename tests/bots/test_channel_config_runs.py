@@ -1,0 +1,130 @@
+"""A channel's stored configuration (`/teammate config`) shapes every new run: its extra
+system prompt, model and tools, layered over the configuration file; across restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bots.runner import ConversationRunner
+from bots.settings import ChannelConfig, ChannelSettings, Settings
+from core.models.scripted import Reply, ScriptedModel
+from core.tools import AnyTool
+from storage.sqlite import SqliteStore
+from tests.bots.runner_helpers import CHANNEL, KEY, SleepTool, incoming
+from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
+from tools.files import LsTool, ReadTool
+
+
+class Models:
+    """One scripted model per id, recording which ids the runner asked for."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, ScriptedModel] = {}
+
+    def __call__(self, model_id: str) -> ScriptedModel:
+        return self.made.setdefault(model_id, ScriptedModel(default=Reply(text="ok")))
+
+
+def runner_for(
+    store: SqliteStore, tmp_path: Path, models: Models, tools: list[AnyTool]
+) -> ConversationRunner:
+    settings = Settings(
+        data_dir=tmp_path,
+        model="file-default",
+        channels={CHANNEL: ChannelSettings(system_prompt="From the file.", model="file-model")},
+    )
+    return ConversationRunner(
+        store=store,
+        settings=settings,
+        model_factory=models,
+        toolset_factory=lambda _channel: tools,
+        platform_rules="Plain text only.",
+        surfaces=RecordingSurfaces(),
+    )
+
+
+async def ask(runner: ConversationRunner, text: str) -> None:
+    await runner.submit(incoming(text), RecordingSurface())
+    await runner.wait(KEY)
+
+
+async def test_without_stored_configuration_the_file_decides(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    models = Models()
+    runner = runner_for(store, tmp_path, models, [ReadTool(), LsTool()])
+    await ask(runner, "hi")
+    await ask(runner, "again")
+
+    (request, again) = models.made["file-model"].requests
+    assert "From the file." in request.system_prompt
+    assert [tool.name for tool in request.tools] == ["read", "ls"]
+    assert again.system_prompt == request.system_prompt  # byte-stable between runs
+    await runner.close()
+
+
+async def test_stored_configuration_applies_to_the_next_run_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    models = Models()
+    tools: list[AnyTool] = [ReadTool(), LsTool(), SleepTool()]
+    async with SqliteStore.open(tmp_path / "teammate.db") as store:
+        runner = runner_for(store, tmp_path, models, tools)
+        await ask(runner, "before")
+        stored = ChannelConfig(system_prompt="Stored: be brief.", model="stored", tools=("ls",))
+        await store.set_channel_config(CHANNEL, stored.to_stored(), by="U1")
+        await ask(runner, "after")
+        await runner.close()
+
+    (before,) = models.made["file-model"].requests
+    (after,) = models.made["stored"].requests
+    assert "From the file." in before.system_prompt
+    assert "Stored: be brief." in after.system_prompt
+    assert "From the file." not in after.system_prompt  # the stored prompt replaces it
+    assert [tool.name for tool in after.tools] == ["ls"]
+
+    async with SqliteStore.open(tmp_path / "teammate.db") as store:
+        runner = runner_for(store, tmp_path, models, tools)
+        await ask(runner, "after a restart")
+        await runner.close()
+    first, restarted = models.made["stored"].requests
+    assert restarted.system_prompt == first.system_prompt
+    assert [tool.name for tool in restarted.tools] == ["ls"]
+
+
+async def test_stored_tools_never_grant_a_tool_the_file_does_not(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    models = Models()
+    runner = runner_for(store, tmp_path, models, [ReadTool()])
+    await store.set_channel_config(CHANNEL, {"tools": ["read", "bash", "write"]}, by="U1")
+    await ask(runner, "hi")
+
+    (request,) = models.made["file-model"].requests
+    assert [tool.name for tool in request.tools] == ["read"]
+    await runner.close()
+
+
+async def test_fields_not_stored_keep_the_files_values(store: SqliteStore, tmp_path: Path) -> None:
+    models = Models()
+    runner = runner_for(store, tmp_path, models, [ReadTool(), LsTool()])
+    await store.set_channel_config(CHANNEL, {"model": "stored"}, by="U1")
+    await ask(runner, "hi")
+
+    (request,) = models.made["stored"].requests
+    assert "From the file." in request.system_prompt
+    assert [tool.name for tool in request.tools] == ["read", "ls"]
+    await runner.close()
+
+
+async def test_an_unreadable_stored_configuration_is_ignored_not_fatal(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    models = Models()
+    runner = runner_for(store, tmp_path, models, [ReadTool()])
+    await store.set_channel_config(CHANNEL, {"tools": "not a list", "model": 7}, by="U1")
+    await ask(runner, "hi")
+
+    (request,) = models.made["file-model"].requests
+    assert "From the file." in request.system_prompt
+    await runner.close()
