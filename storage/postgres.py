@@ -42,6 +42,7 @@ from storage.base import (
     Compaction,
     Conversation,
     ConversationStore,
+    FeedbackTally,
     InboxItem,
     InstanceCoordination,
     LoadedConversation,
@@ -49,10 +50,13 @@ from storage.base import (
     RunOutcome,
     RunRecord,
     StoredMessage,
+    UsageSummary,
+    Vote,
 )
 from storage.postgres_batch import AppendBatcher
 from storage.postgres_instances import Instances
 from storage.postgres_migrations import MIGRATIONS, PgMigration, inspect, migrate
+from storage.postgres_pool import Pool
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +85,8 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in ("postgresql", "postgres")
 
 
-class _PooledConnection(asyncpg.Connection):  # type: ignore[misc]
-    """A pooled connection that skips asyncpg's reset query on release (a round trip per
-    call): the store never leaves session state behind (no SET, LISTEN, cursors or
-    session-level advisory locks on pooled connections; an open transaction is still rolled
-    back by asyncpg)."""
-
-    def get_reset_query(self) -> str:
-        return ""
+class _Repeated(Exception):
+    """A delivery claimed before: the accepting statement (or transaction) is undone."""
 
 
 class PostgresStore:
@@ -100,9 +98,7 @@ class PostgresStore:
     another). Methods given an unknown conversation or run id raise `KeyError`.
     """
 
-    def __init__(
-        self, pool: asyncpg.Pool, url: str, clock: Clock, schema: str, lease_ttl_s: float
-    ) -> None:
+    def __init__(self, pool: Pool, url: str, clock: Clock, schema: str, lease_ttl_s: float) -> None:
         # Use `open()`: it creates the pool, checks the schema and migrates.
         self._pool = pool
         self._instances = Instances(pool, url, schema, lease_ttl_s)
@@ -151,12 +147,7 @@ class PostgresStore:
         migrations: Sequence[PgMigration],
     ) -> PostgresStore:
         where = redact_url(url)
-        pool = await asyncpg.create_pool(
-            url,
-            min_size=min_connections,
-            max_size=max_connections,
-            connection_class=_PooledConnection,
-        )
+        pool = await Pool.open(url, min_size=min_connections, max_size=max_connections)
         try:
             async with pool.acquire() as connection:
                 await migrate(connection, where, migrations)
@@ -264,6 +255,20 @@ class PostgresStore:
                 f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE key = $1", key
             )
             return None if row is None else rows.conversation_from(row)
+
+        return await self._call(body)
+
+    async def channel_conversations(self, channel_key: str, *, limit: int) -> list[Conversation]:
+        """The channel's conversations, the most recently created first, at most `limit`."""
+
+        async def body(connection: asyncpg.Connection) -> list[Conversation]:
+            found = await connection.fetch(
+                f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE channel_key = $1 "
+                "ORDER BY id DESC LIMIT $2",
+                channel_key,
+                max(0, limit),
+            )
+            return [rows.conversation_from(row) for row in found]
 
         return await self._call(body)
 
@@ -401,10 +406,15 @@ class PostgresStore:
         backfill: Sequence[Message] = (),
         title: str | None = None,
         surface_ref: dict[str, Any] | None = None,
+        also_claim: Sequence[str] = (),
     ) -> Accepted | None:
         """Claim, get or create, backfill a new conversation, and queue `message`: ONE
-        transaction. None for a repeated `delivery_id` (from this instance or another)."""
+        transaction. None for a repeated `delivery_id` (from this instance or another), or
+        when any id in `also_claim` (more names of the same delivery) was claimed before."""
         now = self._clock()
+        claims = list(
+            dict.fromkeys([*([delivery_id] if delivery_id is not None else []), *also_claim])
+        )
         body_json = dump_message(message).decode()
         ref_json = rows.dump_json(surface_ref or {})
         earlier = [(m, dump_message(m).decode()) for m in backfill]
@@ -419,25 +429,28 @@ class PostgresStore:
             # One statement: claim, get or create (the upsert locks the conversation's row,
             # so a concurrent first message waits and then finds `accepted` > 0), queue, and
             # notify the other instances on commit.
-            row = await connection.fetchrow(
-                rows.ACCEPT
-                + ", "
-                + self._instances.inbox_notify_sql("$11", "conv.id", "$5", "item.id", "$12"),
-                delivery_id,
-                body_json,
-                ref_json,
-                now,
-                conversation_key,
-                channel_key,
-                title,
-                author_id,
-                author_name,
-                platform_id,
-                self._instances.channel,
-                self._instances.instance_id,
-            )
-            if row is None:
-                return None  # a repeated delivery: nothing was written
+            try:
+                row = await connection.fetchrow(
+                    rows.ACCEPT
+                    + ", "
+                    + self._instances.inbox_notify_sql("$12", "conv.id", "$5", "item.id", "$13"),
+                    claims,
+                    body_json,
+                    ref_json,
+                    now,
+                    conversation_key,
+                    channel_key,
+                    title,
+                    author_id,
+                    author_name,
+                    platform_id,
+                    delivery_id,
+                    self._instances.channel,
+                    self._instances.instance_id,
+                )
+            except asyncpg.UniqueViolationError:  # claimed before (here or elsewhere)
+                raise _Repeated from None
+            assert row is not None
             conversation = rows.conversation_from(row)
             # New means nothing was ever said here: no history and nothing accepted before.
             created = int(row[7]) == 0 and int(row[8]) == 1
@@ -453,7 +466,10 @@ class PostgresStore:
             return Accepted(conversation=conversation, item=item, created=created)
 
         # A backfill is a second statement, so then (only) a transaction.
-        accepted = await self._call(body, transaction=bool(earlier))
+        try:
+            accepted = await self._call(body, transaction=bool(earlier))
+        except _Repeated:
+            return None  # a repeated delivery: the statement (or transaction) was undone
         if accepted is not None:  # committed: its id is final
             if len(self._accepted) >= _ACCEPTED_KEPT:
                 del self._accepted[next(iter(self._accepted))]
@@ -643,12 +659,13 @@ class PostgresStore:
         ref_json = rows.dump_json(ref)
 
         async def body(connection: asyncpg.Connection) -> RunRecord:
+            # The update is the call's one write; the record is read after it committed.
             await connection.execute(
                 "UPDATE runs SET surface_ref = $1::jsonb WHERE id = $2", ref_json, run_id
             )
             return await rows.run_by_id(connection, run_id)
 
-        return await self._call(body, transaction=True)
+        return await self._call(body)
 
     async def running_runs(self) -> list[RunRecord]:
         """Runs still marked running, oldest first: the ones a crash may have interrupted."""
@@ -742,6 +759,123 @@ class PostgresStore:
             return rows.usage_of(row)
 
         return await self._call(body)
+
+    async def usage_summary(
+        self,
+        since: float,
+        *,
+        conversation_id: int | None = None,
+        user_id: str | None = None,
+        channel_key: str | None = None,
+    ) -> UsageSummary:
+        """Usage, runs started and votes cast at or after `since`, narrowed by every filter
+        given (a vote is in scope when its run is): one statement, one snapshot."""
+        filters = {
+            "conversation_id": conversation_id,
+            "user_id": user_id,
+            "channel_key": channel_key,
+        }
+        given = {column: value for column, value in filters.items() if value is not None}
+        params: list[Any] = [since, *given.values()]
+
+        def scope(table: str) -> str:
+            return "".join(f" AND {table}.{column} = ${n}" for n, column in enumerate(given, 2))
+
+        sql = (
+            f"SELECT l.*, r.n, v.up, v.down FROM "
+            f"(SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE at >= $1"
+            f"{scope('usage_ledger')}) AS l, "
+            f"(SELECT count(*) AS n FROM runs WHERE started_at >= $1{scope('runs')}) AS r, "
+            "(SELECT count(*) FILTER (WHERE f.vote = 'up') AS up, "
+            "count(*) FILTER (WHERE f.vote = 'down') AS down "
+            f"FROM run_feedback f JOIN runs ON runs.id = f.run_id WHERE f.at >= $1"
+            f"{scope('runs')}) AS v"
+        )
+
+        async def body(connection: asyncpg.Connection) -> UsageSummary:
+            row = await connection.fetchrow(sql, *params)
+            assert row is not None
+            return UsageSummary(
+                usage=rows.usage_of(row[:5]),
+                runs=int(row[5]),
+                votes_up=int(row[6]),
+                votes_down=int(row[7]),
+            )
+
+        return await self._call(body)
+
+    # --- feedback and channel configuration -----------------------------------------------
+
+    async def set_run_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
+        """Record (or with None withdraw) `user_id`'s vote on the run; its tally after."""
+        if vote not in ("up", "down", None):
+            raise ValueError(f"a vote is 'up', 'down' or None, not {vote!r}")
+        now = self._clock()
+
+        async def body(connection: asyncpg.Connection) -> FeedbackTally:
+            # Locks the run's row: votes on one run are counted one after another.
+            if (
+                await connection.fetchval(
+                    "SELECT true FROM runs WHERE id = $1 FOR KEY SHARE", run_id
+                )
+                is None
+            ):
+                raise KeyError(f"no run {run_id}")
+            if vote is None:
+                await connection.execute(
+                    "DELETE FROM run_feedback WHERE run_id = $1 AND user_id = $2", run_id, user_id
+                )
+            else:
+                await connection.execute(
+                    "INSERT INTO run_feedback (run_id, user_id, vote, at) VALUES ($1, $2, $3, $4) "
+                    "ON CONFLICT (run_id, user_id) DO UPDATE SET vote = EXCLUDED.vote, "
+                    "at = EXCLUDED.at",
+                    run_id,
+                    user_id,
+                    vote,
+                    now,
+                )
+            tally = await connection.fetchrow(
+                "SELECT count(*) FILTER (WHERE vote = 'up'), count(*) FILTER (WHERE vote = 'down') "
+                "FROM run_feedback WHERE run_id = $1",
+                run_id,
+            )
+            assert tally is not None
+            return FeedbackTally(up=int(tally[0]), down=int(tally[1]))
+
+        return await self._call(body, transaction=True)
+
+    async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
+        """The channel's stored configuration, or None if none was ever set."""
+
+        async def body(connection: asyncpg.Connection) -> dict[str, Any] | None:
+            text = await connection.fetchval(
+                "SELECT config FROM channel_config WHERE channel_key = $1", channel_key
+            )
+            return None if text is None else rows.load_json_object(str(text))
+
+        return await self._call(body)
+
+    async def set_channel_config(
+        self, channel_key: str, config: dict[str, Any], *, by: str | None
+    ) -> None:
+        """Replace the channel's stored configuration, recording who changed it and when."""
+        config_json = rows.dump_json(config)  # raises TypeError before anything is written
+        now = self._clock()
+
+        async def body(connection: asyncpg.Connection) -> None:
+            await connection.execute(
+                "INSERT INTO channel_config (channel_key, config, updated_by, updated_at) "
+                "VALUES ($1, $2::jsonb, $3, $4) ON CONFLICT (channel_key) DO UPDATE SET "
+                "config = EXCLUDED.config, updated_by = EXCLUDED.updated_by, "
+                "updated_at = EXCLUDED.updated_at",
+                channel_key,
+                config_json,
+                by,
+                now,
+            )
+
+        await self._call(body)
 
     # --- several instances (storage.base.InstanceCoordination) -----------------------------
 

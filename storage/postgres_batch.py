@@ -24,6 +24,7 @@ import asyncpg
 
 from core.messages import Message, Usage
 from storage import postgres_rows as rows
+from storage.postgres_pool import Pool
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class _Append:
 class AppendBatcher:
     """Appends to one database, grouped while the database is busy."""
 
-    def __init__(self, pool: asyncpg.Pool, *, max_in_flight: int, max_batch: int = 500) -> None:
+    def __init__(self, pool: Pool, *, max_in_flight: int, max_batch: int = 500) -> None:
         self._pool = pool
         self._max_in_flight = max_in_flight
         self._max_batch = max_batch

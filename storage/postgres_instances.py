@@ -32,6 +32,7 @@ from typing import Any
 import asyncpg
 
 from storage.base import LeaseLost, NewInboxItem, Notification, Resync, StopRequest
+from storage.postgres_pool import Pool
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def channel_for(schema: str) -> str:
 class Instances:
     """This instance's leases and notifications on one database (one per `PostgresStore`)."""
 
-    def __init__(self, pool: asyncpg.Pool, url: str, schema: str, lease_ttl_s: float) -> None:
+    def __init__(self, pool: Pool, url: str, schema: str, lease_ttl_s: float) -> None:
         self._pool = pool
         self._url = url
         self.channel = channel_for(schema)

@@ -179,6 +179,28 @@ MIGRATIONS: list[PgMigration] = [
             ADD COLUMN platform_message_id TEXT;
         """,
     ),
+    PgMigration(
+        "m004_feedback_channel_config",
+        # Votes on a run's answer (one per person per run, the latest counting) and
+        # per-channel configuration set at run time, as SQLite's m006.
+        """
+        CREATE TABLE run_feedback (
+            run_id BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            user_id TEXT NOT NULL,
+            vote TEXT NOT NULL CHECK (vote IN ('up', 'down')),
+            at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (run_id, user_id)
+        );
+        CREATE INDEX run_feedback_at ON run_feedback (at);
+        CREATE INDEX runs_channel ON runs (channel_key, started_at);
+        CREATE TABLE channel_config (
+            channel_key TEXT PRIMARY KEY,
+            config JSONB NOT NULL,
+            updated_by TEXT,
+            updated_at DOUBLE PRECISION NOT NULL
+        );
+        """,
+    ),
 ]
 
 

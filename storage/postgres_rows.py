@@ -151,23 +151,24 @@ LOAD = f"""
 """
 
 
-# Accepts a message in one statement: $1 delivery id (NULL: none), $2 body, $3 surface_ref,
-# $4 now, $5 key, $6 channel, $7 title, $8..$10 author id, name, platform id. No row: the
-# delivery was a repeat. The caller appends `, pg_notify(...)` to the final SELECT list
-# (evaluated once, for the one row, only if something was accepted).
+# Accepts a message in one statement: $1 every id naming the delivery (claimed all together: a
+# unique violation means some were claimed before, and the whole statement is undone), $2 body,
+# $3 surface_ref, $4 now, $5 key, $6 channel, $7 title, $8..$10 author id, name, platform id,
+# $11 the delivery id kept with the item. The caller appends `, pg_notify(...)` to the final
+# SELECT list (evaluated once, for the one row).
 ACCEPT = f"""
     WITH claim AS (
-        INSERT INTO deliveries (id, claimed_at) SELECT $1::text, $4 WHERE $1::text IS NOT NULL
-        ON CONFLICT DO NOTHING RETURNING true
+        INSERT INTO deliveries (id, claimed_at) SELECT unnest($1::text[]), $4 RETURNING true
     ), conv AS (
         INSERT INTO conversations (key, channel_key, title, created_at, updated_at, accepted)
-        SELECT $5, $6, $7, $4, $4, 1 WHERE $1::text IS NULL OR EXISTS (SELECT 1 FROM claim)
+        SELECT $5, $6, $7, $4, $4, 1
+        WHERE cardinality($1::text[]) = 0 OR EXISTS (SELECT 1 FROM claim)
         ON CONFLICT (key) DO UPDATE SET accepted = conversations.accepted + 1
         RETURNING {CONVERSATION_COLUMNS}, last_seq, accepted
     ), item AS (
         INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at,
                            author_id, author_name, platform_message_id)
-        SELECT conv.id, $1, $2, $3::jsonb, $4, $8, $9, $10 FROM conv
+        SELECT conv.id, $11, $2, $3::jsonb, $4, $8, $9, $10 FROM conv
         RETURNING id
     )
     SELECT conv.*, item.id FROM conv, item
@@ -207,6 +208,13 @@ def delivered(
 
 def dump_json(value: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def load_json_object(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise SchemaError(f"a stored configuration is not a JSON object: {text[:80]!r}")
+    return value
 
 
 def columns_of(messages: Sequence[tuple[Message, str]]) -> list[list[str | None]]:

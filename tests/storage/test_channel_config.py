@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from storage.base import ConversationStore
 from storage.sqlite import SqliteStore
 from tests.storage.conftest import FakeClock
 
 
-async def test_a_channel_without_stored_configuration_has_none(store: SqliteStore) -> None:
+async def test_a_channel_without_stored_configuration_has_none(store: ConversationStore) -> None:
     assert await store.get_channel_config("slack:T:C1") is None
 
 
@@ -37,7 +38,7 @@ async def test_stored_configuration_survives_a_restart_and_is_per_channel(
 
 
 async def test_setting_replaces_the_whole_configuration(
-    store: SqliteStore, clock: FakeClock
+    store: ConversationStore, clock: FakeClock
 ) -> None:
     await store.set_channel_config("c", {"model": "a", "tools": ["read"]}, by="U1")
     clock.advance(5)
@@ -48,7 +49,7 @@ async def test_setting_replaces_the_whole_configuration(
 
 
 async def test_a_value_json_cannot_hold_is_refused_and_nothing_changes(
-    store: SqliteStore,
+    store: ConversationStore,
 ) -> None:
     await store.set_channel_config("c", {"model": "a"}, by="U1")
     with pytest.raises(TypeError):
@@ -56,7 +57,7 @@ async def test_a_value_json_cannot_hold_is_refused_and_nothing_changes(
     assert await store.get_channel_config("c") == {"model": "a"}
 
 
-async def test_a_channels_conversations_newest_first_and_bounded(store: SqliteStore) -> None:
+async def test_a_channels_conversations_newest_first_and_bounded(store: ConversationStore) -> None:
     for thread in ("1.0", "2.0", "3.0"):
         await store.get_or_create_conversation(f"slack:T:C1:{thread}", channel_key="slack:T:C1")
     await store.get_or_create_conversation("slack:T:C2:1.0", channel_key="slack:T:C2")

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from core.messages import Usage, UserMessage
-from storage.base import FeedbackTally
-from storage.sqlite import SqliteStore
-from tests.storage.conftest import FakeClock
+from storage.base import ConversationStore, FeedbackTally
+from tests.storage.conftest import Backend, FakeClock
 
 
-async def a_run(store: SqliteStore, channel: str, user: str = "U1", thread: str = "1.0") -> int:
+async def a_run(
+    store: ConversationStore, channel: str, user: str = "U1", thread: str = "1.0"
+) -> int:
     conversation = await store.get_or_create_conversation(
         f"{channel}:{thread}", channel_key=channel
     )
@@ -20,7 +19,7 @@ async def a_run(store: SqliteStore, channel: str, user: str = "U1", thread: str 
     return run.id
 
 
-async def test_one_vote_per_person_per_run_the_latest_counting(store: SqliteStore) -> None:
+async def test_one_vote_per_person_per_run_the_latest_counting(store: ConversationStore) -> None:
     run = await a_run(store, "slack:T:C1")
 
     assert await store.set_run_feedback(run, "U1", "up") == FeedbackTally(up=1, down=0)
@@ -31,7 +30,7 @@ async def test_one_vote_per_person_per_run_the_latest_counting(store: SqliteStor
     assert await store.set_run_feedback(run, "U2", None) == FeedbackTally(up=0, down=1)
 
 
-async def test_votes_on_one_run_do_not_count_for_another(store: SqliteStore) -> None:
+async def test_votes_on_one_run_do_not_count_for_another(store: ConversationStore) -> None:
     first = await a_run(store, "slack:T:C1")
     second = await a_run(store, "slack:T:C1")
     await store.set_run_feedback(first, "U1", "down")
@@ -40,7 +39,7 @@ async def test_votes_on_one_run_do_not_count_for_another(store: SqliteStore) -> 
 
 
 async def test_a_vote_on_an_unknown_run_or_of_an_unknown_kind_is_refused(
-    store: SqliteStore,
+    store: ConversationStore,
 ) -> None:
     run = await a_run(store, "slack:T:C1")
     with pytest.raises(KeyError):
@@ -50,16 +49,16 @@ async def test_a_vote_on_an_unknown_run_or_of_an_unknown_kind_is_refused(
     assert await store.set_run_feedback(run, "U2", "down") == FeedbackTally(up=0, down=1)
 
 
-async def test_votes_survive_a_restart(db_path: Path, clock: FakeClock) -> None:
-    async with SqliteStore.open(db_path, clock=clock) as store:
+async def test_votes_survive_a_restart(backend: Backend, clock: FakeClock) -> None:
+    async with backend.open(clock) as store:
         run = await a_run(store, "slack:T:C1")
         await store.set_run_feedback(run, "U1", "up")
-    async with SqliteStore.open(db_path, clock=clock) as restarted:
+    async with backend.open(clock) as restarted:
         assert await restarted.set_run_feedback(run, "U2", "down") == FeedbackTally(up=1, down=1)
 
 
 async def test_a_channels_day_counts_its_usage_runs_and_votes_only(
-    store: SqliteStore, clock: FakeClock
+    store: ConversationStore, clock: FakeClock
 ) -> None:
     yesterday_run = await a_run(store, "slack:T:C1")
     await store.record_usage(yesterday_run, Usage(input=1000, output=1000, cost=1.0))
@@ -95,7 +94,7 @@ async def test_a_channels_day_counts_its_usage_runs_and_votes_only(
 
 
 async def test_a_vote_cast_today_on_yesterdays_answer_counts_today(
-    store: SqliteStore, clock: FakeClock
+    store: ConversationStore, clock: FakeClock
 ) -> None:
     run = await a_run(store, "slack:T:C1")
     clock.advance(86_400)
@@ -105,7 +104,7 @@ async def test_a_vote_cast_today_on_yesterdays_answer_counts_today(
     assert (today.runs, today.votes_up) == (0, 1)
 
 
-async def test_a_delivery_known_by_another_name_is_a_repeat(store: SqliteStore) -> None:
+async def test_a_delivery_known_by_another_name_is_a_repeat(store: ConversationStore) -> None:
     message = UserMessage(content="hi")
     accepted = await store.accept_delivery(
         "slack:T:C1:1.0",
@@ -144,7 +143,7 @@ async def test_a_delivery_known_by_another_name_is_a_repeat(store: SqliteStore) 
     assert len(await store.pending(accepted.conversation.id)) == 1
 
 
-async def test_extra_delivery_ids_alone_de_duplicate(store: SqliteStore) -> None:
+async def test_extra_delivery_ids_alone_de_duplicate(store: ConversationStore) -> None:
     message = UserMessage(content="hi")
     first = await store.accept_delivery(
         "k", message, channel_key="c", delivery_id=None, also_claim=["a", "b", "a"]

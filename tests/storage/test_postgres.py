@@ -24,6 +24,7 @@ from storage.base import (
 )
 from storage.postgres import PostgresStore, redact_url
 from storage.postgres_migrations import MIGRATIONS
+from storage.postgres_pool import Pool
 from tests.bots.test_cli import cli_env, teammate
 from tests.storage import pg
 
@@ -306,3 +307,32 @@ async def test_appends_grouped_in_one_statement_fail_alone_and_keep_every_seq(
         assert texts == [f"two {i}" for i in range(40)]  # in call order, "bad run" never
         finished = await store.finish_run(run.id, "done")
         assert finished.usage.input == 100 and finished.usage.cost == pytest.approx(5.0)
+
+
+async def test_the_pool_serves_everyone_and_never_reuses_an_interrupted_connection(
+    pg_url: str,
+) -> None:
+    pool = await Pool.open(pg_url, min_size=1, max_size=2)
+    admin = await asyncpg.connect(pg_url)
+    try:
+        # Far more callers than connections: each waits its turn, none is lost.
+        assert await asyncio.gather(*(pool.fetchval("SELECT $1::int", n) for n in range(60))) == (
+            list(range(60))
+        )
+        # A caller interrupted mid-query: its connection is in an unknown state.
+        sleeping = asyncio.ensure_future(pool.fetchval("SELECT pg_sleep(30)"))
+        for _ in range(1000):  # until the server runs it (a hang guard, not a timing)
+            if await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"
+            ):
+                break
+            await asyncio.sleep(0.01)
+        sleeping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sleeping
+        # Every later call gets a usable connection (a reused one would still be busy).
+        assert await asyncio.gather(*(pool.fetchval("SELECT 1") for _ in range(10))) == [1] * 10
+        assert pool.get_max_size() == 2
+    finally:
+        await admin.close()
+        await pool.close()
