@@ -10,7 +10,7 @@ import asyncio
 import gc
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
@@ -18,6 +18,14 @@ import pytest
 
 from core.messages import UserMessage
 from storage.sqlite import SqliteStore
+from tests.storage.conftest import FakeClock
+
+
+@pytest.fixture
+async def store(db_path: Path, clock: FakeClock) -> AsyncIterator[SqliteStore]:
+    """These tests drive the database thread's internals: that store only."""
+    async with SqliteStore.open(db_path, clock=clock) as opened:
+        yield opened
 
 
 @contextmanager

@@ -1,0 +1,1595 @@
+"""The SQLite backend of `ConversationStore` on aiosqlite, with set-oriented batches.
+
+Owns: the SQL behind every store method, the connections' pragmas, and opening a file
+(checks, then migrations). When calls run alone and when together is `storage.batching`;
+mapping rows to records is `sqlite_rows`.
+
+How it stays correct and fast (docs/architecture.md, "Storage"):
+- Two connections on one file (WAL): a writer, and a reader for every read. A read never
+  waits for a write batch and sees exactly what was committed before it was issued. (An
+  in-memory database has one connection: its reads queue with the writes.)
+- Every write goes through the batcher. A call alone is one round trip to the driver's
+  thread: one autocommit statement where the method is one statement (an append, a claim, a
+  finish, a usage entry...), else its statements between BEGIN IMMEDIATE and COMMIT. Calls
+  made meanwhile run as one batch whose statement count does not grow with the calls:
+  lookups through `json_each`, `executemany`, `INSERT ... RETURNING`.
+- Appending is ONE statement: `INSERT INTO messages ... SELECT last_seq + 1 FROM
+  conversations`, and a TEMP trigger of the writer's connection (nothing in the file) moves
+  `conversations.last_seq` with each insert. No `COUNT(*)`, no scan: message 10,000 costs
+  what message 10 does.
+- WAL with `synchronous=NORMAL`: once a method returns, its data survives the process dying
+  at any moment; only an OS crash can lose the last commits (never corrupt the file).
+- Messages are parsed on the driver's thread while rows are fetched (an SQLite converter
+  named by the column), not on the event loop.
+
+Must not: import `tools` or `bots`; return rows (callers get `core` messages and records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import sqlite3
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiosqlite
+
+from core.messages import Message, Usage, UserMessage, dump_message, load_message
+from storage import sqlite_rows as rows
+from storage.base import (
+    Accepted,
+    Compaction,
+    Conversation,
+    ConversationStore,
+    FeedbackTally,
+    InboxItem,
+    LoadedConversation,
+    RunOutcome,
+    RunRecord,
+    SchemaError,
+    StoredMessage,
+    UsageSummary,
+    Vote,
+)
+from storage.batching import Batcher, Op
+from storage.migrations import (
+    MIGRATIONS,
+    Migration,
+    inspect,
+    integrity_problems,
+    migrate,
+    refuse_damaged,
+)
+
+T = TypeVar("T")
+Clock = Callable[[], float]
+Db = aiosqlite.Connection
+
+# A column named `"x [teammate_message]"` is parsed into a `Message` as it is fetched.
+sqlite3.register_converter("teammate_message", load_message)
+
+# How many accepted, not yet delivered messages a store keeps in memory (see `_accepted`).
+_ACCEPTED_KEPT = 4096
+
+_LAST_SEQ_TRIGGER = (
+    "CREATE TEMP TRIGGER IF NOT EXISTS teammate_last_seq AFTER INSERT ON main.messages BEGIN "
+    "UPDATE conversations SET last_seq = NEW.seq, updated_at = NEW.created_at "
+    "WHERE id = NEW.conversation_id AND last_seq < NEW.seq; END"
+)
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
+    "platform_message_id, run_id, created_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_APPEND_MESSAGE = (
+    "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
+    "platform_message_id, run_id, created_at, body) "
+    "SELECT id, last_seq + 1, ?, ?, ?, ?, ?, ?, ? FROM conversations WHERE id = ? RETURNING seq"
+)
+_RECORD_USAGE = (
+    "INSERT INTO usage_ledger (run_id, conversation_id, user_id, channel_key, model, at, "
+    "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
+    "SELECT id, conversation_id, user_id, channel_key, COALESCE(?, model), ?, ?, ?, ?, ?, ? "
+    "FROM runs WHERE id = ?"
+)
+# A run as `sqlite_rows.run_record` reads it; a running run's usage is its ledger so far, a
+# finished one's was totalled at finish. Usable in SELECT ... FROM runs and in RETURNING.
+_RUN_FIELDS = ", ".join(
+    [
+        "runs.id, runs.conversation_id",
+        "(SELECT key FROM conversations WHERE conversations.id = runs.conversation_id)",
+        "runs.outcome, runs.started_at, runs.finished_at, runs.user_id, runs.channel_key",
+        "runs.model, runs.error, runs.surface_ref, runs.owner",
+        *(
+            f"CASE WHEN runs.outcome = 'running' THEN (SELECT COALESCE(SUM(l.{column}), 0) "
+            f"FROM usage_ledger l WHERE l.run_id = runs.id) ELSE runs.{column} END"
+            for column in (
+                "input_tokens",
+                "output_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "cost_usd",
+            )
+        ),
+    ]
+)
+_UPSERT_CONVERSATION = (
+    "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET key = excluded.key "
+    f"RETURNING {rows.CONVERSATION_COLUMNS}"
+)
+
+
+def _ids(values: Iterable[Any]) -> str:
+    """A JSON array for `json_each(?)`: one parameter, whatever the count."""
+    return json.dumps(list(values), separators=(",", ":"))
+
+
+def _message_row(
+    conversation_id: int,
+    seq: int,
+    message: Message,
+    body_json: str,
+    run_id: int | None,
+    now: float,
+) -> tuple[Any, ...]:
+    author_id = author_name = platform_message_id = None
+    if isinstance(message, UserMessage):
+        platform_message_id = message.platform_message_id
+        if message.author is not None:
+            author_id, author_name = message.author.id, message.author.name
+    return (
+        conversation_id,
+        seq,
+        message.role,
+        author_id,
+        author_name,
+        platform_message_id,
+        run_id,
+        now,
+        body_json,
+    )
+
+
+async def _fetchall(db: Db, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """One statement, its rows: one round trip."""
+    return list(await db.execute_fetchall(sql, params))
+
+
+async def _fetchone(db: Db, sql: str, params: Sequence[Any] = ()) -> Any:
+    found = await _fetchall(db, sql, params)
+    return found[0] if found else None
+
+
+async def _conversation_last_seqs(db: Db, conversation_ids: Iterable[int]) -> dict[int, int]:
+    found = await _fetchall(
+        db,
+        "SELECT id, last_seq FROM conversations WHERE id IN (SELECT value FROM json_each(?))",
+        (_ids(set(conversation_ids)),),
+    )
+    return {int(row[0]): int(row[1]) for row in found}
+
+
+async def _known_runs(db: Db, run_ids: set[int]) -> set[int]:
+    if not run_ids:
+        return set()
+    found = await _fetchall(
+        db, "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?))", (_ids(run_ids),)
+    )
+    return {int(row[0]) for row in found}
+
+
+def _one_of(
+    many: Callable[[Db, list[Any]], Awaitable[Sequence[Any]]],
+) -> Callable[[Db, Any], Awaitable[Any]]:
+    """A set-oriented operation applied to one call (for a lone call or a retried batch)."""
+
+    async def one(db: Db, arg: Any) -> Any:
+        [outcome] = await many(db, [arg])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    return one
+
+
+class _SqliteTransactions:
+    """The batcher's transaction statements, on SQLite."""
+
+    async def begin(self, db: Db) -> None:
+        # Takes the write lock before anything is read: a second process waits on
+        # busy_timeout (on the driver's thread) instead of failing on a stale snapshot.
+        await db.execute("BEGIN IMMEDIATE")
+
+    async def commit(self, db: Db) -> None:
+        await db.execute("COMMIT")
+
+    async def rollback(self, db: Db) -> None:
+        with contextlib.suppress(sqlite3.OperationalError):  # SQLite may have ended it itself
+            await db.execute("ROLLBACK")
+
+    async def savepoint(self, db: Db) -> None:
+        await db.execute("SAVEPOINT store_call")
+
+    async def release(self, db: Db) -> None:
+        await db.execute("RELEASE store_call")
+
+    async def rollback_to(self, db: Db) -> None:
+        await db.execute("ROLLBACK TO store_call")
+        await db.execute("RELEASE store_call")
+
+
+# --- the write operations: what a call carries, and its statements --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Append:
+    conversation_id: int
+    message: Message
+    body_json: str
+    run_id: int | None
+    usage: Usage | None  # charged: a reply's usage, recorded in the same transaction
+    model: str | None
+    now: float
+
+
+async def _append_lone(db: Db, call: _Append) -> StoredMessage:
+    found = await _fetchone(
+        db,
+        _APPEND_MESSAGE,
+        (
+            *_message_row(0, 0, call.message, call.body_json, call.run_id, call.now)[2:],
+            call.conversation_id,
+        ),
+    )
+    if found is None:
+        raise KeyError(f"no conversation with id {call.conversation_id}")
+    return StoredMessage(seq=int(found[0]), message=call.message)
+
+
+async def _append_many(db: Db, calls: list[_Append]) -> list[StoredMessage | Exception]:
+    last_seq = await _conversation_last_seqs(db, (c.conversation_id for c in calls))
+    charged = [c for c in calls if c.usage is not None]
+    runs = await _known_runs(db, {c.run_id for c in charged if c.run_id is not None})
+    outcomes: list[StoredMessage | Exception] = []
+    ledger: list[tuple[Any, ...]] = []
+    inserts: list[tuple[Any, ...]] = []
+    for c in calls:
+        if c.usage is not None and c.run_id not in runs:  # as from record_usage: first
+            outcomes.append(KeyError(f"no run with id {c.run_id}"))
+            continue
+        if c.conversation_id not in last_seq:
+            outcomes.append(KeyError(f"no conversation with id {c.conversation_id}"))
+            continue
+        if c.usage is not None:
+            ledger.append(_usage_row(c.run_id, c.usage, c.model, c.now))
+        seq = last_seq[c.conversation_id] = last_seq[c.conversation_id] + 1
+        inserts.append(
+            _message_row(c.conversation_id, seq, c.message, c.body_json, c.run_id, c.now)
+        )
+        outcomes.append(StoredMessage(seq=seq, message=c.message))
+    if ledger:
+        await db.executemany(_RECORD_USAGE, ledger)
+    if inserts:
+        await db.executemany(_INSERT_MESSAGE, inserts)
+    return outcomes
+
+
+def _usage_row(run_id: int | None, usage: Usage, model: str | None, now: float) -> tuple[Any, ...]:
+    return (
+        model,
+        now,
+        usage.input,
+        usage.output,
+        usage.cache_read,
+        usage.cache_write,
+        usage.cost,
+        run_id,
+    )
+
+
+APPEND: Op[Db, _Append, StoredMessage] = Op(
+    "append_message", one=_one_of(_append_many), lone=_append_lone, many=_append_many
+)
+APPEND_CHARGED: Op[Db, _Append, StoredMessage] = Op(
+    "append_message+usage", one=_one_of(_append_many), many=_append_many
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Usage:
+    run_id: int
+    usage: Usage
+    model: str | None
+    now: float
+
+
+async def _usage_lone(db: Db, call: _Usage) -> None:
+    cursor = await db.execute(
+        _RECORD_USAGE, _usage_row(call.run_id, call.usage, call.model, call.now)
+    )
+    if cursor.rowcount != 1:
+        raise KeyError(f"no run with id {call.run_id}")
+
+
+async def _usage_many(db: Db, calls: list[_Usage]) -> list[Exception | None]:
+    runs = await _known_runs(db, {c.run_id for c in calls})
+    known = [c for c in calls if c.run_id in runs]
+    if known:
+        await db.executemany(
+            _RECORD_USAGE, [_usage_row(c.run_id, c.usage, c.model, c.now) for c in known]
+        )
+    return [None if c.run_id in runs else KeyError(f"no run with id {c.run_id}") for c in calls]
+
+
+RECORD_USAGE: Op[Db, _Usage, None] = Op(
+    "record_usage", one=_usage_lone, lone=_usage_lone, many=_usage_many
+)
+
+
+async def _claim_lone(db: Db, call: tuple[str, float]) -> bool:
+    found = await _fetchall(
+        db,
+        "INSERT INTO deliveries (id, claimed_at) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING 1",
+        call,
+    )
+    return bool(found)
+
+
+async def _claim_many(db: Db, calls: list[tuple[str, float]]) -> list[bool]:
+    claimed = {
+        str(row[0])
+        for row in await _fetchall(
+            db,
+            "INSERT INTO deliveries (id, claimed_at) SELECT json_extract(value, '$[0]'), "
+            "json_extract(value, '$[1]') FROM json_each(?) WHERE true ON CONFLICT DO NOTHING "
+            "RETURNING id",
+            (_ids(calls),),
+        )
+    }
+    outcomes = []
+    for delivery_id, _now in calls:  # an id claimed twice in one batch: the first call wins
+        outcomes.append(delivery_id in claimed)
+        claimed.discard(delivery_id)
+    return outcomes
+
+
+CLAIM: Op[Db, tuple[str, float], bool] = Op(
+    "claim_delivery", one=_claim_lone, lone=_claim_lone, many=_claim_many
+)
+
+
+async def _conversations_many(
+    db: Db, calls: list[tuple[str, str, str | None, float]]
+) -> list[Conversation]:
+    await db.execute(
+        "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
+        "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+        "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[3]') "
+        "FROM json_each(?) WHERE true ON CONFLICT (key) DO NOTHING",
+        (_ids(calls),),
+    )
+    found = await _fetchall(
+        db,
+        f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations "
+        "WHERE key IN (SELECT json_extract(value, '$[0]') FROM json_each(?))",
+        (_ids(calls),),
+    )
+    by_key = {str(row[1]): rows.conversation_from(row) for row in found}
+    return [by_key[call[0]] for call in calls]
+
+
+async def _conversation_lone(db: Db, call: tuple[str, str, str | None, float]) -> Conversation:
+    key, channel_key, title, now = call
+    row = await _fetchone(db, _UPSERT_CONVERSATION, (key, channel_key, title, now, now))
+    return rows.conversation_from(row)
+
+
+GET_OR_CREATE: Op[Db, tuple[str, str, str | None, float], Conversation] = Op(
+    "get_or_create_conversation",
+    one=_conversation_lone,
+    lone=_conversation_lone,
+    many=_conversations_many,
+)
+
+
+# --- delivering inbox items (deliver, start_run, accept's siblings) --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Delivery:
+    conversation_id: int
+    item_ids: list[int]
+    known: dict[int, Message]  # messages this store still holds: not parsed again
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What one delivery will write (`stored` empty when every item was settled before), or
+    the `KeyError` that refuses it whole."""
+
+    stored: list[StoredMessage]
+    inserts: list[list[Any]]  # message rows; run_id at index 6
+    updates: list[list[Any]]  # inbox updates; run_id at index 2
+    error: KeyError | None = None
+
+    def for_run(self, run_id: int | None) -> _Plan:
+        for row in self.inserts:
+            row[6] = run_id
+        for row in self.updates:
+            row[2] = run_id
+        return self
+
+
+async def _plan_deliveries(db: Db, deliveries: list[_Delivery], now: float) -> list[_Plan]:
+    """Look up every item of every delivery at once (two statements); per delivery, what it
+    will write, or a KeyError (then it writes nothing)."""
+    wanted = {item for d in deliveries for item in d.item_ids}
+    items: dict[int, tuple[int, str, str | None]] = {}
+    if wanted:
+        for row in await _fetchall(
+            db,
+            "SELECT id, conversation_id, state, body FROM inbox "
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            (_ids(wanted),),
+        ):
+            items[int(row[0])] = (int(row[1]), str(row[2]), row[3])
+    last_seq = await _conversation_last_seqs(db, (d.conversation_id for d in deliveries))
+    plans: list[_Plan] = []
+    settled: set[int] = set()
+    for delivery in deliveries:
+        cid = delivery.conversation_id
+        foreign = [i for i in delivery.item_ids if i not in items or items[i][0] != cid]
+        if foreign:
+            error = KeyError(f"no inbox item {foreign[0]} in conversation {cid}")
+            plans.append(_Plan([], [], [], error))
+            continue
+        plan = _Plan([], [], [])
+        for item_id in delivery.item_ids:
+            _conversation, state, body_json = items[item_id]
+            if state != "pending" or item_id in settled:  # an id given twice: delivered once
+                continue
+            assert body_json is not None  # a pending item keeps its body
+            settled.add(item_id)
+            message = delivery.known.get(item_id)
+            if message is None:
+                message = load_message(body_json)
+            seq = last_seq[cid] = last_seq[cid] + 1
+            plan.inserts.append(list(_message_row(cid, seq, message, body_json, None, now)))
+            plan.updates.append([now, seq, None, item_id])
+            plan.stored.append(StoredMessage(seq=seq, message=message))
+        plans.append(plan)
+    return plans
+
+
+async def _write_deliveries(db: Db, planned: Iterable[_Plan]) -> None:
+    """Every planned message row in one `executemany`, every inbox update in another."""
+    plans = list(planned)
+    inserts = [row for plan in plans for row in plan.inserts]
+    updates = [row for plan in plans for row in plan.updates]
+    if inserts:
+        await db.executemany(_INSERT_MESSAGE, inserts)
+    if updates:
+        await db.executemany(
+            "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, seq = ?, "
+            "run_id = ? WHERE id = ?",
+            updates,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Deliver:
+    delivery: _Delivery
+    run_id: int | None
+    now: float
+
+
+async def _deliver_many(db: Db, calls: list[_Deliver]) -> list[list[StoredMessage] | Exception]:
+    plans = await _plan_deliveries(db, [c.delivery for c in calls], calls[0].now)
+    await _write_deliveries(
+        db, (plan.for_run(c.run_id) for c, plan in zip(calls, plans, strict=True))
+    )
+    return [plan.error or plan.stored for plan in plans]
+
+
+DELIVER: Op[Db, _Deliver, list[StoredMessage]] = Op(
+    "deliver", one=_one_of(_deliver_many), many=_deliver_many
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _StartRun:
+    conversation_id: int
+    user_id: str | None
+    channel_key: str | None
+    model: str | None
+    surface_json: str
+    owner_json: str
+    delivery: _Delivery
+    now: float
+
+
+_INSERT_RUN_SELECT = (
+    "SELECT id, 'running', ?, ?, COALESCE(?, channel_key), ?, ?, ? FROM conversations WHERE id = ?"
+)
+_RUN_COLUMNS_INSERTED = (
+    "conversation_id, outcome, started_at, user_id, channel_key, model, surface_ref, owner"
+)
+
+
+def _started(call: _StartRun, run_id: int, key: str, channel_key: str) -> RunRecord:
+    # A new run has no ledger entries yet: its usage is zero without asking.
+    return RunRecord(
+        id=run_id,
+        conversation_id=call.conversation_id,
+        conversation_key=key,
+        outcome="running",
+        started_at=call.now,
+        finished_at=None,
+        user_id=call.user_id,
+        channel_key=channel_key,
+        model=call.model,
+        usage=Usage(),
+        error=None,
+        surface_ref=json.loads(call.surface_json),
+        owner=json.loads(call.owner_json),
+    )
+
+
+def _run_params(call: _StartRun) -> tuple[Any, ...]:
+    return (
+        call.now,
+        call.user_id,
+        call.channel_key,
+        call.model,
+        call.surface_json,
+        call.owner_json,
+        call.conversation_id,
+    )
+
+
+async def _start_run_lone(db: Db, call: _StartRun) -> RunRecord:
+    row = await _fetchone(
+        db,
+        f"INSERT INTO runs ({_RUN_COLUMNS_INSERTED}) {_INSERT_RUN_SELECT} RETURNING id, "
+        "channel_key, (SELECT key FROM conversations WHERE conversations.id = conversation_id)",
+        _run_params(call),
+    )
+    if row is None:
+        raise KeyError(f"no conversation with id {call.conversation_id}")
+    return _started(call, int(row[0]), str(row[2]), str(row[1]))
+
+
+async def _start_run_many(db: Db, calls: list[_StartRun]) -> list[RunRecord | Exception]:
+    conversations = {
+        int(row[0]): (str(row[1]), str(row[2]))
+        for row in await _fetchall(
+            db,
+            "SELECT id, key, channel_key FROM conversations "
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            (_ids({c.conversation_id for c in calls}),),
+        )
+    }
+    known = [c for c in calls if c.conversation_id in conversations]
+    plans = await _plan_deliveries(db, [c.delivery for c in known], calls[0].now)
+    plan_of = {id(c): plan for c, plan in zip(known, plans, strict=True)}
+    startable = [c for c in known if plan_of[id(c)].error is None]
+    run_ids: dict[int, int] = {}
+    if startable:
+        # One INSERT for every run; ids grow in insertion order, which is the calls' order.
+        inserted = sorted(
+            int(row[0])
+            for row in await _fetchall(
+                db,
+                f"INSERT INTO runs ({_RUN_COLUMNS_INSERTED}) "
+                "SELECT c.id, 'running', json_extract(j.value, '$[0]'), "
+                "json_extract(j.value, '$[1]'), "
+                "COALESCE(json_extract(j.value, '$[2]'), c.channel_key), "
+                "json_extract(j.value, '$[3]'), json_extract(j.value, '$[4]'), "
+                "json_extract(j.value, '$[5]') FROM json_each(?) j "
+                "JOIN conversations c ON c.id = json_extract(j.value, '$[6]') ORDER BY j.key "
+                "RETURNING id",
+                (_ids(_run_params(c) for c in startable),),
+            )
+        )
+        run_ids = {id(c): run_id for c, run_id in zip(startable, inserted, strict=True)}
+        await _write_deliveries(db, (plan_of[id(c)].for_run(run_ids[id(c)]) for c in startable))
+    outcomes: list[RunRecord | Exception] = []
+    for c in calls:
+        if c.conversation_id not in conversations:
+            outcomes.append(KeyError(f"no conversation with id {c.conversation_id}"))
+        elif (error := plan_of[id(c)].error) is not None:
+            outcomes.append(error)
+        else:
+            key, channel = conversations[c.conversation_id]
+            channel = c.channel_key if c.channel_key is not None else channel
+            outcomes.append(_started(c, run_ids[id(c)], key, channel))
+    return outcomes
+
+
+START_RUN: Op[Db, _StartRun, RunRecord] = Op(
+    "start_run", one=_one_of(_start_run_many), lone=_start_run_lone, many=_start_run_many
+)
+START_RUN_DELIVERING: Op[Db, _StartRun, RunRecord] = Op(
+    "start_run+deliver", one=_one_of(_start_run_many), many=_start_run_many
+)
+
+
+async def _finish_lone(db: Db, call: tuple[int, str, str | None, float]) -> RunRecord:
+    run_id, outcome, error, now = call
+    row = await _fetchone(
+        db,
+        "UPDATE runs SET outcome = ?, error = ?, finished_at = ?, "
+        "(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
+        f"= (SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE run_id = runs.id) "
+        f"WHERE id = ? AND outcome = 'running' RETURNING {_RUN_FIELDS}",
+        (outcome, error, now, run_id),
+    )
+    if row is None:  # finished before (the first finish wins), or unknown
+        row = await _fetchone(db, f"SELECT {_RUN_FIELDS} FROM runs WHERE id = ?", (run_id,))
+        if row is None:
+            raise KeyError(f"no run with id {run_id}")
+    return rows.run_record(row)
+
+
+async def _finish_many(
+    db: Db, calls: list[tuple[int, str, str | None, float]]
+) -> list[RunRecord | Exception]:
+    first: dict[int, tuple[int, str, str | None, float]] = {}
+    for call in calls:  # a run finished twice in one batch: the first finish wins
+        first.setdefault(call[0], call)
+    finished = {
+        int(row[0]): rows.run_record(row)
+        for row in await _fetchall(
+            db,
+            "UPDATE runs SET outcome = json_extract(j.value, '$[1]'), "
+            "error = json_extract(j.value, '$[2]'), finished_at = json_extract(j.value, '$[3]'), "
+            "(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
+            f"= (SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE run_id = runs.id) "
+            "FROM json_each(?) j WHERE runs.id = json_extract(j.value, '$[0]') "
+            f"AND runs.outcome = 'running' RETURNING {_RUN_FIELDS}",
+            (_ids(first.values()),),
+        )
+    }
+    rest = {call[0] for call in calls} - finished.keys()
+    if rest:
+        for row in await _fetchall(
+            db,
+            f"SELECT {_RUN_FIELDS} FROM runs WHERE id IN (SELECT value FROM json_each(?))",
+            (_ids(rest),),
+        ):
+            finished[int(row[0])] = rows.run_record(row)
+    return [finished.get(call[0]) or KeyError(f"no run with id {call[0]}") for call in calls]
+
+
+FINISH_RUN: Op[Db, tuple[int, str, str | None, float], RunRecord] = Op(
+    "finish_run", one=_finish_lone, lone=_finish_lone, many=_finish_many
+)
+
+
+# --- accepting a delivery into the inbox ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Accept:
+    key: str
+    channel_key: str
+    title: str | None
+    claims: list[str]
+    delivery_id: str | None
+    message: Message
+    body_json: str
+    ref_json: str
+    backfill: list[tuple[Message, str]]
+    now: float
+
+
+async def _accept_many(db: Db, calls: list[_Accept]) -> list[Accepted | None]:
+    # 1. Claims: a call whose ids were claimed before (or by an earlier call of this batch)
+    #    is a repeat and claims nothing.
+    wanted = {claim for c in calls for claim in c.claims}
+    taken: set[str] = set()
+    if wanted:
+        taken = {
+            str(row[0])
+            for row in await _fetchall(
+                db,
+                "SELECT id FROM deliveries WHERE id IN (SELECT value FROM json_each(?))",
+                (_ids(wanted),),
+            )
+        }
+    accepted: list[_Accept] = []
+    claims: list[tuple[str, float]] = []
+    for c in calls:
+        if any(claim in taken for claim in c.claims):
+            continue
+        taken.update(c.claims)
+        claims += [(claim, c.now) for claim in c.claims]
+        accepted.append(c)
+    if claims:
+        await db.executemany("INSERT INTO deliveries (id, claimed_at) VALUES (?, ?)", claims)
+    if not accepted:
+        return [None] * len(calls)
+    # 2. Conversations, created where new; "new" means nothing was ever said there.
+    await db.execute(
+        "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
+        "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+        "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[3]') "
+        "FROM json_each(?) WHERE true ON CONFLICT (key) DO NOTHING",
+        (_ids((c.key, c.channel_key, c.title, c.now) for c in accepted),),
+    )
+    found = await _fetchall(
+        db,
+        f"SELECT {rows.CONVERSATION_COLUMNS}, last_seq = 0 AND NOT EXISTS "
+        "(SELECT 1 FROM inbox WHERE inbox.conversation_id = conversations.id) "
+        "FROM conversations WHERE key IN (SELECT value FROM json_each(?))",
+        (_ids({c.key for c in accepted}),),
+    )
+    by_key = {str(row[1]): (rows.conversation_from(row), bool(row[-1])) for row in found}
+    # 3. The backfill of each new conversation, stored by its first message only.
+    backfill: list[tuple[Any, ...]] = []
+    created: set[int] = set()
+    for c in accepted:
+        conversation, new = by_key[c.key]
+        if new and conversation.id not in created:
+            created.add(conversation.id)
+            backfill += [
+                _message_row(conversation.id, seq, earlier, earlier_json, None, c.now)
+                for seq, (earlier, earlier_json) in enumerate(c.backfill, start=1)
+            ]
+    if backfill:
+        await db.executemany(_INSERT_MESSAGE, backfill)
+    # 4. The inbox items, in the calls' order: their ids grow in that order.
+    item_ids = sorted(
+        int(row[0])
+        for row in await _fetchall(
+            db,
+            "INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at) "
+            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+            "json_extract(value, '$[2]'), json_extract(value, '$[3]'), "
+            "json_extract(value, '$[4]') FROM json_each(?) WHERE true ORDER BY key RETURNING id",
+            (
+                _ids(
+                    (by_key[c.key][0].id, c.delivery_id, c.body_json, c.ref_json, c.now)
+                    for c in accepted
+                ),
+            ),
+        )
+    )
+    results: dict[int, Accepted] = {}
+    firsts: set[int] = set()
+    for c, item_id in zip(accepted, item_ids, strict=True):
+        conversation, new = by_key[c.key]
+        first = new and conversation.id not in firsts
+        firsts.add(conversation.id)
+        item = InboxItem(
+            id=item_id,
+            conversation_id=conversation.id,
+            message=c.message,
+            surface_ref=json.loads(c.ref_json),
+            received_at=c.now,
+        )
+        results[id(c)] = Accepted(conversation=conversation, item=item, created=first)
+    return [results.get(id(c)) for c in calls]
+
+
+ACCEPT: Op[Db, _Accept, Accepted | None] = Op(
+    "accept_delivery", one=_one_of(_accept_many), many=_accept_many
+)
+
+
+# --- the rarer writes: one statement (or a few) per call ------------------------------------
+
+
+async def _update_conversation(
+    db: Db, call: tuple[str | None, str | None, float, int]
+) -> Conversation:
+    row = await _fetchone(
+        db,
+        "UPDATE conversations SET title = COALESCE(?, title), settings = COALESCE(?, settings), "
+        f"updated_at = ? WHERE id = ? RETURNING {rows.CONVERSATION_COLUMNS}",
+        call,
+    )
+    if row is None:
+        raise KeyError(f"no conversation with id {call[3]}")
+    return rows.conversation_from(row)
+
+
+UPDATE_CONVERSATION: Op[Db, tuple[str | None, str | None, float, int], Conversation] = Op(
+    "update_conversation", one=_update_conversation, lone=_update_conversation
+)
+
+
+async def _prune(db: Db, cutoff: float) -> int:
+    cursor = await db.execute("DELETE FROM deliveries WHERE claimed_at < ?", (cutoff,))
+    return cursor.rowcount
+
+
+PRUNE: Op[Db, float, int] = Op("prune_deliveries", one=_prune, lone=_prune)
+
+
+async def _drop(db: Db, call: tuple[int, list[int], str, float]) -> None:
+    conversation_id, item_ids, reason, now = call
+    found = {
+        int(row[0])
+        for row in await _fetchall(
+            db,
+            "SELECT id FROM inbox WHERE conversation_id = ? "
+            "AND id IN (SELECT value FROM json_each(?))",
+            (conversation_id, _ids(item_ids)),
+        )
+    }
+    for item_id in item_ids:
+        if item_id not in found:
+            raise KeyError(f"no inbox item {item_id} in conversation {conversation_id}")
+    await db.execute(
+        "UPDATE inbox SET state = 'dropped', settled_at = ?, reason = ? "
+        "WHERE id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
+        (now, reason, _ids(item_ids)),
+    )
+
+
+DROP: Op[Db, tuple[int, list[int], str, float], None] = Op("drop", one=_drop)
+
+
+async def _surface_ref(db: Db, call: tuple[str, int]) -> RunRecord:
+    row = await _fetchone(
+        db, f"UPDATE runs SET surface_ref = ? WHERE id = ? RETURNING {_RUN_FIELDS}", call
+    )
+    if row is None:
+        raise KeyError(f"no run with id {call[1]}")
+    return rows.run_record(row)
+
+
+SURFACE_REF: Op[Db, tuple[str, int], RunRecord] = Op(
+    "set_run_surface_ref", one=_surface_ref, lone=_surface_ref
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Compaction:
+    conversation_id: int
+    summary: str
+    up_to_seq: int
+    details_json: str
+    now: float
+
+
+async def _compaction(db: Db, call: _Compaction) -> Compaction:
+    row = await _fetchone(
+        db,
+        "INSERT INTO compactions (conversation_id, summary, up_to_seq, details, created_at) "
+        "SELECT id, ?, ?, ?, ? FROM conversations WHERE id = ? AND ? BETWEEN 1 AND last_seq "
+        "RETURNING id",
+        (
+            call.summary,
+            call.up_to_seq,
+            call.details_json,
+            call.now,
+            call.conversation_id,
+            call.up_to_seq,
+        ),
+    )
+    if row is None:
+        found = await _fetchone(
+            db, "SELECT last_seq FROM conversations WHERE id = ?", (call.conversation_id,)
+        )
+        if found is None:
+            raise KeyError(f"no conversation with id {call.conversation_id}")
+        raise ValueError(
+            f"up_to_seq {call.up_to_seq} is outside the conversation's messages 1..{int(found[0])}"
+        )
+    return Compaction(
+        id=int(row[0]),
+        conversation_id=call.conversation_id,
+        summary=call.summary,
+        up_to_seq=call.up_to_seq,
+        created_at=call.now,
+        details=json.loads(call.details_json),
+    )
+
+
+COMPACTION: Op[Db, _Compaction, Compaction] = Op(
+    "add_compaction", one=_compaction, lone=_compaction
+)
+
+
+async def _feedback(db: Db, call: tuple[int, str, Vote | None, float]) -> FeedbackTally:
+    run_id, user_id, vote, now = call
+    if await _fetchone(db, "SELECT 1 FROM runs WHERE id = ?", (run_id,)) is None:
+        raise KeyError(f"no run {run_id}")
+    if vote is None:
+        await db.execute(
+            "DELETE FROM run_feedback WHERE run_id = ? AND user_id = ?", (run_id, user_id)
+        )
+    else:
+        await db.execute(
+            "INSERT INTO run_feedback (run_id, user_id, vote, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (run_id, user_id) DO UPDATE SET vote = excluded.vote, at = excluded.at",
+            (run_id, user_id, vote, now),
+        )
+    up, down = await _fetchone(
+        db,
+        "SELECT COALESCE(SUM(vote = 'up'), 0), COALESCE(SUM(vote = 'down'), 0) "
+        "FROM run_feedback WHERE run_id = ?",
+        (run_id,),
+    )
+    return FeedbackTally(up=int(up), down=int(down))
+
+
+FEEDBACK: Op[Db, tuple[int, str, Vote | None, float], FeedbackTally] = Op(
+    "set_run_feedback", one=_feedback
+)
+
+
+async def _channel_config(db: Db, call: tuple[str, str, str | None, float]) -> None:
+    await db.execute(
+        "INSERT INTO channel_config (channel_key, config, updated_by, updated_at) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT (channel_key) DO UPDATE SET "
+        "config = excluded.config, updated_by = excluded.updated_by, "
+        "updated_at = excluded.updated_at",
+        call,
+    )
+
+
+CHANNEL_CONFIG: Op[Db, tuple[str, str, str | None, float], None] = Op(
+    "set_channel_config", one=_channel_config, lone=_channel_config
+)
+
+
+# --- the store -------------------------------------------------------------------------------
+
+
+def _connect(path: str, busy_timeout_s: float, setup: Callable[[sqlite3.Connection], None]) -> Db:
+    """An aiosqlite connection whose sqlite3 connection runs `setup` on the driver's thread
+    as it is made (checks, pragmas, migrations: synchronous, as `storage.migrations` is)."""
+
+    class Connection(sqlite3.Connection):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            try:
+                setup(self)
+            except BaseException:
+                self.close()
+                raise
+
+    return aiosqlite.connect(
+        path,
+        timeout=busy_timeout_s,
+        isolation_level=None,  # autocommit: every transaction here is explicit
+        detect_types=sqlite3.PARSE_COLNAMES,
+        cached_statements=256,
+        factory=Connection,
+    )
+
+
+class AioSqliteStore:
+    """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
+
+        async with AioSqliteStore.open("teammate.db") as store: ...
+        store = await AioSqliteStore.open("teammate.db")  # then: await store.close()
+
+    Methods given an unknown conversation or run id raise `KeyError`.
+    """
+
+    def __init__(self, writer: Db, reader: Db | None, path: str, clock: Clock) -> None:
+        # Use `open()`: it checks the file, sets the pragmas, migrates and connects.
+        self._writer = writer
+        self._reader = reader  # None for ":memory:": reads queue with the writes
+        self._batcher: Batcher[Db] = Batcher(writer, _SqliteTransactions())
+        self._path = path
+        self._clock = clock
+        self._closed = False
+        # Messages this process accepted and has not yet delivered or dropped, by inbox item id
+        # (with their conversation): `deliver` hands back the very object accepted instead of
+        # parsing it again. Bounded; a miss (a restart, eviction) parses the stored body.
+        self._accepted: dict[int, tuple[int, Message]] = {}
+        # Unclosed and forgotten: stop the drivers' threads instead of leaking them.
+        connections = [c for c in (writer, reader) if c is not None]
+        self._finalizer = weakref.finalize(self, _stop_all, connections)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        clock: Clock = time.time,
+        busy_timeout_s: float = 10.0,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> _Opening:
+        """Open (creating or upgrading) the database at `path`; await it or `async with` it.
+
+        Raises `SchemaError` for a file that is not a Teammate database or was written by a
+        newer Teammate, and `DatabaseDamaged` (a `SchemaError`) for one with damaged pages;
+        such a file is left untouched. `":memory:"` gives a private, non-durable database.
+        """
+        return _Opening(cls._open(str(path), clock, busy_timeout_s, migrations))
+
+    @classmethod
+    async def _open(
+        cls, path: str, clock: Clock, busy_timeout_s: float, migrations: Sequence[Migration]
+    ) -> AioSqliteStore:
+        busy_ms = int(busy_timeout_s * 1000)
+
+        def setup_writer(db: sqlite3.Connection) -> None:
+            # Connection settings only; nothing is written before the file is recognised.
+            db.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
+            db.execute("PRAGMA foreign_keys = ON")
+            inspect(db, path, migrations)
+            refuse_damaged(db, path)
+            (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
+            if path != ":memory:" and str(mode).lower() != "wal":
+                raise SchemaError(f"{path}: could not switch to WAL mode (got {mode!r})")
+            db.execute("PRAGMA synchronous = NORMAL")
+            migrate(db, path, migrations)
+            db.execute(_LAST_SEQ_TRIGGER)
+
+        def setup_reader(db: sqlite3.Connection) -> None:
+            db.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
+            db.execute("PRAGMA query_only = ON")  # this connection never writes
+
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        writer = await _connect(path, busy_timeout_s, setup_writer)
+        reader: Db | None = None
+        try:
+            if path != ":memory:":
+                reader = await _connect(path, busy_timeout_s, setup_reader)
+        except BaseException:
+            await writer.close()
+            raise
+        return cls(writer, reader, path, clock)
+
+    async def integrity_check(self) -> list[str]:
+        """Everything SQLite finds wrong with the file, indexes and foreign keys included
+        (`[]`: healthy). Reads the whole file: for `teammate doctor`, not for a busy bot."""
+        limit = 100
+
+        async def body(db: Db) -> list[str]:
+            try:
+                found = await _fetchall(db, f"PRAGMA integrity_check({limit:d})")
+                problems = [str(row[0]) for row in found if str(row[0]) != "ok"]
+                orphans = (await _fetchall(db, "PRAGMA foreign_key_check"))[:limit]
+            except sqlite3.DatabaseError as exc:
+                return [str(exc)]
+            problems += [f"{row[0]} row {row[1]} refers to a missing {row[2]}" for row in orphans]
+            return problems[:limit]
+
+        return await self._read(body)
+
+    @staticmethod
+    async def check_file(path: str | Path) -> list[str]:
+        """The full check of a file the store would refuse to open (e.g. `DatabaseDamaged`),
+        read-only and off the event loop; a missing file is reported, never created."""
+
+        def check() -> list[str]:
+            try:
+                db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+            except sqlite3.Error as exc:
+                return [f"{path}: {exc}"]
+            try:
+                return integrity_problems(db, full=True)
+            finally:
+                db.close()
+
+        return await asyncio.to_thread(check)
+
+    async def close(self) -> None:
+        """Finish every call already made, then close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer.detach()
+        await self._batcher.drain()
+        await self._writer.close()
+        if self._reader is not None:
+            await self._reader.close()
+
+    async def __aenter__(self) -> AioSqliteStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    # --- running calls --------------------------------------------------------------------
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the store for {self._path} is closed")
+
+    async def _write(self, op: Op[Db, Any, T], arg: Any) -> T:
+        self._refuse_if_closed()
+        return await self._batcher.submit(op, arg)
+
+    async def _read(self, body: Callable[[Db], Awaitable[T]]) -> T:
+        """Run `body`'s statements on the reader (committed data only)."""
+        self._refuse_if_closed()
+        if self._reader is not None:
+            return await body(self._reader)
+
+        async def read(db: Db, _arg: None) -> T:
+            return await body(db)
+
+        return await self._batcher.submit(Op("read", one=read, lone=read), None)
+
+    # --- conversations --------------------------------------------------------------------
+
+    async def get_or_create_conversation(
+        self, key: str, *, channel_key: str, title: str | None = None
+    ) -> Conversation:
+        return await self._write(GET_OR_CREATE, (key, channel_key, title, self._clock()))
+
+    async def get_conversation(self, key: str) -> Conversation | None:
+        async def body(db: Db) -> Conversation | None:
+            row = await _fetchone(
+                db, f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE key = ?", (key,)
+            )
+            return None if row is None else rows.conversation_from(row)
+
+        return await self._read(body)
+
+    async def channel_conversations(self, channel_key: str, *, limit: int) -> list[Conversation]:
+        """The channel's conversations, the most recently created first, at most `limit`."""
+
+        async def body(db: Db) -> list[Conversation]:
+            found = await _fetchall(
+                db,
+                f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE channel_key = ? "
+                "ORDER BY id DESC LIMIT ?",
+                (channel_key, max(0, limit)),
+            )
+            return [rows.conversation_from(row) for row in found]
+
+        return await self._read(body)
+
+    async def update_conversation(
+        self,
+        conversation_id: int,
+        *,
+        title: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> Conversation:
+        """Set the title and/or replace the settings; `None` leaves a field as it is."""
+        settings_json = None if settings is None else rows.dump_json(settings)
+        return await self._write(
+            UPDATE_CONVERSATION, (title, settings_json, self._clock(), conversation_id)
+        )
+
+    # --- messages -------------------------------------------------------------------------
+
+    async def append_message(
+        self,
+        conversation_id: int,
+        message: Message,
+        *,
+        run_id: int | None = None,
+        usage: Usage | None = None,
+        model: str | None = None,
+    ) -> StoredMessage:
+        """Append `message` as the conversation's next seq; committed when this returns.
+
+        With `usage` (a model reply's, needing `run_id`): its ledger entry is recorded in the
+        same transaction, as `record_usage` would (nothing for a reply that used no tokens).
+        """
+        if usage is not None and run_id is None:
+            raise ValueError("usage is recorded against a run: give run_id")
+        charge = usage if usage is not None and usage.total_tokens > 0 else None
+        call = _Append(
+            conversation_id,
+            message,
+            dump_message(message).decode(),
+            run_id,
+            charge,
+            model,
+            self._clock(),
+        )
+        return await self._write(APPEND if charge is None else APPEND_CHARGED, call)
+
+    async def load(self, conversation_id: int) -> LoadedConversation:
+        """The conversation, its latest compaction and every message after that compaction."""
+
+        async def body(db: Db) -> LoadedConversation:
+            head = await _fetchone(
+                db,
+                "SELECT c.id, c.key, c.channel_key, c.title, c.settings, c.created_at, "
+                "c.updated_at, k.id, k.summary, k.up_to_seq, k.details, k.created_at "
+                "FROM conversations c LEFT JOIN compactions k ON k.id = "
+                "(SELECT MAX(id) FROM compactions WHERE conversation_id = c.id) WHERE c.id = ?",
+                (conversation_id,),
+            )
+            if head is None:
+                raise KeyError(f"no conversation with id {conversation_id}")
+            compaction = None
+            if head[7] is not None:
+                compaction = Compaction(
+                    id=int(head[7]),
+                    conversation_id=conversation_id,
+                    summary=str(head[8]),
+                    up_to_seq=int(head[9]),
+                    created_at=float(head[11]),
+                    details=json.loads(head[10]),
+                )
+            after = compaction.up_to_seq if compaction else 0
+            messages = await _messages_after(db, conversation_id, after)
+            return LoadedConversation(rows.conversation_from(head), compaction, messages)
+
+        return await self._read(body)
+
+    async def messages_after(self, conversation_id: int, seq: int) -> list[StoredMessage]:
+        """Messages with a seq greater than `seq`, in order (none for an unknown id)."""
+
+        async def body(db: Db) -> list[StoredMessage]:
+            return await _messages_after(db, conversation_id, seq)
+
+        return await self._read(body)
+
+    async def message_count(self, conversation_id: int) -> int:
+        async def body(db: Db) -> int:
+            row = await _fetchone(
+                db, "SELECT last_seq FROM conversations WHERE id = ?", (conversation_id,)
+            )
+            if row is None:
+                raise KeyError(f"no conversation with id {conversation_id}")
+            return int(row[0])
+
+        return await self._read(body)
+
+    # --- deliveries -----------------------------------------------------------------------
+
+    async def claim_delivery(self, delivery_id: str) -> bool:
+        """True the first time `delivery_id` is claimed, False for every repeat (durably)."""
+        return await self._write(CLAIM, (delivery_id, self._clock()))
+
+    async def prune_deliveries(self, older_than_s: float) -> int:
+        """Forget deliveries claimed more than `older_than_s` ago; return how many.
+
+        Keep them at least as long as a platform retries (Slack: ~5 minutes).
+        """
+        return await self._write(PRUNE, self._clock() - older_than_s)
+
+    # --- the inbox ------------------------------------------------------------------------
+
+    async def accept_delivery(
+        self,
+        conversation_key: str,
+        message: Message,
+        *,
+        channel_key: str,
+        delivery_id: str | None,
+        backfill: Sequence[Message] = (),
+        title: str | None = None,
+        surface_ref: dict[str, Any] | None = None,
+        also_claim: Sequence[str] = (),
+    ) -> Accepted | None:
+        """Claim, get or create, backfill a new conversation, and queue `message`: ONE
+        transaction, so a cancel or crash either loses nothing or did nothing (a retry of the
+        same delivery is then accepted). None for a repeated `delivery_id`, or when any id in
+        `also_claim` (more names of the same delivery) was claimed before."""
+        claims = list(
+            dict.fromkeys([*([delivery_id] if delivery_id is not None else []), *also_claim])
+        )
+        call = _Accept(
+            key=conversation_key,
+            channel_key=channel_key,
+            title=title,
+            claims=claims,
+            delivery_id=delivery_id,
+            message=message,
+            body_json=dump_message(message).decode(),
+            ref_json=rows.dump_json(surface_ref or {}),
+            backfill=[(earlier, dump_message(earlier).decode()) for earlier in backfill],
+            now=self._clock(),
+        )
+        accepted = await self._write(ACCEPT, call)
+        if accepted is not None:  # committed: its id is final
+            if len(self._accepted) >= _ACCEPTED_KEPT:
+                del self._accepted[next(iter(self._accepted))]
+            self._accepted[accepted.item.id] = (accepted.conversation.id, message)
+        return accepted
+
+    async def pending(self, conversation_id: int) -> list[InboxItem]:
+        """Inbox items neither delivered nor dropped, in arrival order."""
+
+        async def body(db: Db) -> list[InboxItem]:
+            found = await _fetchall(
+                db,
+                "SELECT i.id, i.body, i.surface_ref, i.received_at FROM conversations c "
+                "LEFT JOIN inbox i ON i.conversation_id = c.id AND i.state = 'pending' "
+                "WHERE c.id = ? ORDER BY i.id",
+                (conversation_id,),
+            )
+            if not found:
+                raise KeyError(f"no conversation with id {conversation_id}")
+            return [rows.inbox_item(conversation_id, row) for row in found if row[0] is not None]
+
+        return await self._read(body)
+
+    async def pending_conversations(self) -> list[int]:
+        """Conversations with pending inbox items, the one waiting longest first."""
+
+        async def body(db: Db) -> list[int]:
+            found = await _fetchall(
+                db,
+                "SELECT conversation_id FROM inbox WHERE state = 'pending' "
+                "GROUP BY conversation_id ORDER BY MIN(id)",
+            )
+            return [int(row[0]) for row in found]
+
+        return await self._read(body)
+
+    async def deliver(
+        self, conversation_id: int, item_ids: Sequence[int], *, run_id: int | None = None
+    ) -> list[StoredMessage]:
+        """Append the pending items' messages to history in the order given and mark them
+        delivered, in one transaction; items already settled are skipped."""
+        ids = list(item_ids)
+        delivery = _Delivery(conversation_id, ids, self._known(conversation_id, ids))
+        stored = await self._write(DELIVER, _Deliver(delivery, run_id, self._clock()))
+        self._forget(ids)
+        return stored
+
+    async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
+        """Mark pending items as not to be answered; they never enter history."""
+        ids = list(item_ids)
+        await self._write(DROP, (conversation_id, ids, reason, self._clock()))
+        self._forget(ids)
+
+    def _known(self, conversation_id: int, item_ids: list[int]) -> dict[int, Message]:
+        """The accepted messages this store still holds for `item_ids`."""
+        return {
+            item_id: entry[1]
+            for item_id in item_ids
+            if (entry := self._accepted.get(item_id)) is not None and entry[0] == conversation_id
+        }
+
+    def _forget(self, item_ids: list[int]) -> None:
+        """Settled items (delivered or dropped, now or before) need no kept message."""
+        for item_id in item_ids:
+            self._accepted.pop(item_id, None)
+
+    # --- runs -----------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        conversation_id: int,
+        *,
+        user_id: str | None = None,
+        channel_key: str | None = None,
+        model: str | None = None,
+        surface_ref: dict[str, Any] | None = None,
+        owner: dict[str, Any] | None = None,
+        deliver: Sequence[int] = (),
+    ) -> RunRecord:
+        """Record a run as "running". `channel_key` defaults to the conversation's.
+
+        `deliver`: inbox items to deliver to the new run in the same transaction, exactly as
+        `deliver(conversation_id, items, run_id=<the new run>)` would (same order, same
+        errors: an unknown item raises `KeyError` and no run is recorded).
+        """
+        ids = list(deliver)
+        call = _StartRun(
+            conversation_id=conversation_id,
+            user_id=user_id,
+            channel_key=channel_key,
+            model=model,
+            surface_json=rows.dump_json(surface_ref or {}),
+            owner_json=rows.dump_json(owner or {}),
+            delivery=_Delivery(conversation_id, ids, self._known(conversation_id, ids)),
+            now=self._clock(),
+        )
+        record = await self._write(START_RUN_DELIVERING if ids else START_RUN, call)
+        self._forget(ids)
+        return record
+
+    async def finish_run(
+        self, run_id: int, outcome: RunOutcome, *, error: str | None = None
+    ) -> RunRecord:
+        """Close a run with `outcome`, totalling its usage from the ledger.
+
+        The first finish wins: finishing a run that is already finished changes nothing and
+        returns it as it was (a late "done" cannot overwrite "aborted").
+        """
+        if outcome == "running" or outcome not in rows.OUTCOMES:
+            raise ValueError(f"a run cannot finish as {outcome!r}")
+        return await self._write(FINISH_RUN, (run_id, outcome, error, self._clock()))
+
+    async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
+        """Replace where a run is shown (e.g. the message ts a surface learned on its first
+        post), so that recovery after a restart can edit that message."""
+        return await self._write(SURFACE_REF, (rows.dump_json(ref), run_id))
+
+    async def running_runs(self) -> list[RunRecord]:
+        """Runs still marked running, oldest first: at start-up, the ones a crash interrupted."""
+
+        async def body(db: Db) -> list[RunRecord]:
+            found = await _fetchall(
+                db,
+                f"SELECT {_RUN_FIELDS} FROM runs WHERE outcome = 'running' ORDER BY started_at, id",
+            )
+            return [rows.run_record(row) for row in found]
+
+        return await self._read(body)
+
+    # --- compactions ----------------------------------------------------------------------
+
+    async def add_compaction(
+        self,
+        conversation_id: int,
+        summary: str,
+        up_to_seq: int,
+        details: dict[str, Any] | None = None,
+    ) -> Compaction:
+        """Store `summary` as standing in for messages 1..`up_to_seq` (which must exist)."""
+        call = _Compaction(
+            conversation_id, summary, up_to_seq, rows.dump_json(details or {}), self._clock()
+        )
+        return await self._write(COMPACTION, call)
+
+    # --- usage ledger ---------------------------------------------------------------------
+
+    async def record_usage(self, run_id: int, usage: Usage, *, model: str | None = None) -> None:
+        """Add one model reply's usage, attributed to the run's conversation, user and channel."""
+        await self._write(RECORD_USAGE, _Usage(run_id, usage, model, self._clock()))
+
+    async def usage_since(
+        self,
+        since: float,
+        *,
+        conversation_id: int | None = None,
+        user_id: str | None = None,
+        channel_key: str | None = None,
+    ) -> Usage:
+        """Total usage recorded at or after `since` (a timestamp), narrowed by every filter
+        given: e.g. `usage_since(midnight, channel_key=...)` is what a channel spent today."""
+        where = ["at >= ?"]
+        params: list[Any] = [since]
+        for column, value in (
+            ("conversation_id", conversation_id),
+            ("user_id", user_id),
+            ("channel_key", channel_key),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = f"SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE {' AND '.join(where)}"
+
+        async def body(db: Db) -> Usage:
+            return rows.usage_of(await _fetchone(db, sql, params))
+
+        return await self._read(body)
+
+    async def usage_summary(
+        self,
+        since: float,
+        *,
+        conversation_id: int | None = None,
+        user_id: str | None = None,
+        channel_key: str | None = None,
+    ) -> UsageSummary:
+        """Usage, runs started and votes cast at or after `since`, narrowed by every filter
+        given (a vote is in scope when its run is), read in one statement (one snapshot)."""
+        filters = {
+            "conversation_id": conversation_id,
+            "user_id": user_id,
+            "channel_key": channel_key,
+        }
+        given = {column: value for column, value in filters.items() if value is not None}
+        params = [since, *given.values()]
+
+        def scope(table: str) -> str:
+            return "".join(f" AND {table}.{column} = ?" for column in given)
+
+        sql = (
+            f"SELECT * FROM (SELECT {rows.USAGE_SUMS} FROM usage_ledger "
+            f"WHERE at >= ?{scope('usage_ledger')}), "
+            f"(SELECT COUNT(*) FROM runs WHERE started_at >= ?{scope('runs')}), "
+            "(SELECT COALESCE(SUM(f.vote = 'up'), 0), COALESCE(SUM(f.vote = 'down'), 0) "
+            f"FROM run_feedback f JOIN runs ON runs.id = f.run_id WHERE f.at >= ?{scope('runs')})"
+        )
+
+        async def body(db: Db) -> UsageSummary:
+            row = await _fetchone(db, sql, params * 3)
+            return UsageSummary(
+                usage=rows.usage_of(row[:5]),
+                runs=int(row[5]),
+                votes_up=int(row[6]),
+                votes_down=int(row[7]),
+            )
+
+        return await self._read(body)
+
+    # --- feedback and channel configuration -----------------------------------------------
+
+    async def set_run_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
+        """Record (or with None withdraw) `user_id`'s vote on the run; its tally after."""
+        if vote not in ("up", "down", None):
+            raise ValueError(f"a vote is 'up', 'down' or None, not {vote!r}")
+        return await self._write(FEEDBACK, (run_id, user_id, vote, self._clock()))
+
+    async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
+        """The channel's stored configuration, or None if none was ever set."""
+
+        async def body(db: Db) -> dict[str, Any] | None:
+            row = await _fetchone(
+                db, "SELECT config FROM channel_config WHERE channel_key = ?", (channel_key,)
+            )
+            return None if row is None else rows.load_json_object(row[0])
+
+        return await self._read(body)
+
+    async def set_channel_config(
+        self, channel_key: str, config: dict[str, Any], *, by: str | None
+    ) -> None:
+        """Replace the channel's stored configuration, recording who changed it and when."""
+        config_json = rows.dump_json(config)  # raises TypeError before anything is written
+        await self._write(CHANNEL_CONFIG, (channel_key, config_json, by, self._clock()))
+
+
+async def _messages_after(db: Db, conversation_id: int, seq: int) -> list[StoredMessage]:
+    # Parsing thousands of messages creates objects faster than the cyclic GC's thresholds
+    # expect; its repeated passes over a big heap would more than double the time of a long
+    # load. Nothing here forms cycles, so the collector resumes once the rows are fetched.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        found = await _fetchall(
+            db,
+            'SELECT seq, body AS "body [teammate_message]" FROM messages '
+            "WHERE conversation_id = ? AND seq > ? ORDER BY seq",
+            (conversation_id, seq),
+        )
+    finally:
+        if was_enabled:
+            gc.enable()
+    return [StoredMessage(seq=int(row[0]), message=row[1]) for row in found]
+
+
+def _stop_all(connections: list[Db]) -> None:
+    for connection in connections:
+        connection.stop()
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_contract(store: AioSqliteStore) -> ConversationStore:
+        return store
+
+
+class _Opening:
+    """What `AioSqliteStore.open()` returns: await it for a store, or `async with` it."""
+
+    def __init__(self, opening: Awaitable[AioSqliteStore]) -> None:
+        self._opening = opening
+        self._store: AioSqliteStore | None = None
+
+    def __await__(self) -> Generator[Any, None, AioSqliteStore]:
+        return self._opening.__await__()
+
+    async def __aenter__(self) -> AioSqliteStore:
+        self._store = await self._opening
+        return self._store
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._store is not None:
+            await self._store.close()
