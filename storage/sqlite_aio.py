@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import json
 import sqlite3
 import time
@@ -83,6 +84,55 @@ _LAST_SEQ_TRIGGER = (
     "CREATE TEMP TRIGGER IF NOT EXISTS teammate_last_seq AFTER INSERT ON main.messages BEGIN "
     "UPDATE conversations SET last_seq = NEW.seq, updated_at = NEW.created_at "
     "WHERE id = NEW.conversation_id AND last_seq < NEW.seq; END"
+)
+# A message's queryable columns, from its stored JSON (as `_message_row` takes them from it).
+_FROM_JSON = (
+    "json_extract({0}, '$.role'), json_extract({0}, '$.author.id'), "
+    "json_extract({0}, '$.author.name'), json_extract({0}, '$.platform_message_id')"
+)
+# Accepting a delivery is ONE statement, `INSERT INTO teammate_accept` (one row per call), so
+# a call alone is one autocommit statement and a batch of them is one statement too. Per row:
+# a repeat (any id claimed before, by another call or an earlier row) is skipped whole; else
+# the ids are claimed, the conversation made if missing, the backfill stored if nothing was
+# ever said there, the message queued; the outcome waits in `teammate_accepted` by request.
+_ACCEPT_SETUP = [
+    "CREATE TEMP VIEW IF NOT EXISTS teammate_accept (request, conversation_key, channel_key, "
+    "title, claims, delivery_id, body, surface_ref, received_at, backfill) AS SELECT NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0",
+    "CREATE TEMP TABLE IF NOT EXISTS teammate_accepted "
+    "(request INTEGER PRIMARY KEY, conversation_id INTEGER, created INTEGER, item_id INTEGER)",
+    "CREATE TEMP TRIGGER IF NOT EXISTS teammate_accept_one INSTEAD OF INSERT ON teammate_accept "
+    "BEGIN "
+    "SELECT RAISE(IGNORE) WHERE EXISTS (SELECT 1 FROM deliveries "
+    "WHERE id IN (SELECT value FROM json_each(NEW.claims))); "
+    "INSERT INTO deliveries (id, claimed_at) "
+    "SELECT value, NEW.received_at FROM json_each(NEW.claims); "
+    "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) VALUES "
+    "(NEW.conversation_key, NEW.channel_key, NEW.title, NEW.received_at, NEW.received_at) "
+    "ON CONFLICT (key) DO NOTHING; "
+    "INSERT INTO teammate_accepted (request, conversation_id, created) "
+    "SELECT NEW.request, id, last_seq = 0 AND NOT EXISTS "
+    "(SELECT 1 FROM inbox WHERE inbox.conversation_id = conversations.id) "
+    "FROM conversations WHERE key = NEW.conversation_key; "
+    "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
+    "platform_message_id, run_id, created_at, body) "
+    f"SELECT a.conversation_id, b.key + 1, {_FROM_JSON.format('b.value')}, NULL, "
+    "NEW.received_at, b.value FROM teammate_accepted a, json_each(NEW.backfill) b "
+    "WHERE a.request = NEW.request AND a.created; "
+    "INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at) "
+    "SELECT conversation_id, NEW.delivery_id, NEW.body, NEW.surface_ref, NEW.received_at "
+    "FROM teammate_accepted WHERE request = NEW.request; "
+    "UPDATE teammate_accepted SET item_id = last_insert_rowid() WHERE request = NEW.request; "
+    "END",
+]
+# Delivering an inbox item is marking it delivered at its seq: the message enters history in
+# the same statement.
+_DELIVER_TRIGGER = (
+    "CREATE TEMP TRIGGER IF NOT EXISTS teammate_deliver AFTER UPDATE OF state ON main.inbox "
+    "WHEN OLD.state = 'pending' AND NEW.state = 'delivered' BEGIN "
+    "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
+    "platform_message_id, run_id, created_at, body) VALUES (NEW.conversation_id, NEW.seq, "
+    f"{_FROM_JSON.format('OLD.body')}, NEW.run_id, NEW.settled_at, OLD.body); END"
 )
 _INSERT_MESSAGE = (
     "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
@@ -416,13 +466,10 @@ class _Plan:
     the `KeyError` that refuses it whole."""
 
     stored: list[StoredMessage]
-    inserts: list[list[Any]]  # message rows; run_id at index 6
     updates: list[list[Any]]  # inbox updates; run_id at index 2
     error: KeyError | None = None
 
     def for_run(self, run_id: int | None) -> _Plan:
-        for row in self.inserts:
-            row[6] = run_id
         for row in self.updates:
             row[2] = run_id
         return self
@@ -449,9 +496,9 @@ async def _plan_deliveries(db: Db, deliveries: list[_Delivery], now: float) -> l
         foreign = [i for i in delivery.item_ids if i not in items or items[i][0] != cid]
         if foreign:
             error = KeyError(f"no inbox item {foreign[0]} in conversation {cid}")
-            plans.append(_Plan([], [], [], error))
+            plans.append(_Plan([], [], error))
             continue
-        plan = _Plan([], [], [])
+        plan = _Plan([], [])
         for item_id in delivery.item_ids:
             _conversation, state, body_json = items[item_id]
             if state != "pending" or item_id in settled:  # an id given twice: delivered once
@@ -462,20 +509,15 @@ async def _plan_deliveries(db: Db, deliveries: list[_Delivery], now: float) -> l
             if message is None:
                 message = load_message(body_json)
             seq = last_seq[cid] = last_seq[cid] + 1
-            plan.inserts.append(list(_message_row(cid, seq, message, body_json, None, now)))
             plan.updates.append([now, seq, None, item_id])
             plan.stored.append(StoredMessage(seq=seq, message=message))
         plans.append(plan)
     return plans
 
 
-async def _write_deliveries(db: Db, planned: Iterable[_Plan]) -> None:
-    """Every planned message row in one `executemany`, every inbox update in another."""
-    plans = list(planned)
-    inserts = [row for plan in plans for row in plan.inserts]
+async def _write_deliveries(db: Db, plans: Iterable[_Plan]) -> None:
+    """Every planned inbox update in one `executemany` (the trigger appends each message)."""
     updates = [row for plan in plans for row in plan.updates]
-    if inserts:
-        await db.executemany(_INSERT_MESSAGE, inserts)
     if updates:
         await db.executemany(
             "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, seq = ?, "
@@ -499,8 +541,32 @@ async def _deliver_many(db: Db, calls: list[_Deliver]) -> list[list[StoredMessag
     return [plan.error or plan.stored for plan in plans]
 
 
+async def _deliver_lone(db: Db, call: _Deliver) -> list[StoredMessage]:
+    """One item whose message this store holds: ONE statement (the trigger appends it)."""
+    [(item_id, message)] = call.delivery.known.items()
+    cid = call.delivery.conversation_id
+    found = await _fetchone(
+        db,
+        "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, run_id = ?, "
+        "seq = (SELECT last_seq + 1 FROM conversations WHERE id = inbox.conversation_id) "
+        "WHERE id = ? AND conversation_id = ? AND state = 'pending' RETURNING seq",
+        (call.now, call.run_id, item_id, cid),
+    )
+    if found is not None:
+        return [StoredMessage(seq=int(found[0]), message=message)]
+    # Settled before (nothing to do), or not this conversation's.
+    if await _fetchone(
+        db, "SELECT 1 FROM inbox WHERE id = ? AND conversation_id = ?", (item_id, cid)
+    ):
+        return []
+    raise KeyError(f"no inbox item {item_id} in conversation {cid}")
+
+
 DELIVER: Op[Db, _Deliver, list[StoredMessage]] = Op(
     "deliver", one=_one_of(_deliver_many), many=_deliver_many
+)
+DELIVER_KNOWN_ONE: Op[Db, _Deliver, list[StoredMessage]] = Op(
+    "deliver one", one=_one_of(_deliver_many), lone=_deliver_lone, many=_deliver_many
 )
 
 
@@ -679,6 +745,7 @@ FINISH_RUN: Op[Db, tuple[int, str, str | None, float], RunRecord] = Op(
 
 @dataclass(frozen=True, slots=True)
 class _Accept:
+    request: int  # unique per store: finds this call's outcome
     key: str
     channel_key: str
     title: str | None
@@ -691,97 +758,70 @@ class _Accept:
     now: float
 
 
-async def _accept_many(db: Db, calls: list[_Accept]) -> list[Accepted | None]:
-    # 1. Claims: a call whose ids were claimed before (or by an earlier call of this batch)
-    #    is a repeat and claims nothing.
-    wanted = {claim for c in calls for claim in c.claims}
-    taken: set[str] = set()
-    if wanted:
-        taken = {
-            str(row[0])
-            for row in await _fetchall(
-                db,
-                "SELECT id FROM deliveries WHERE id IN (SELECT value FROM json_each(?))",
-                (_ids(wanted),),
-            )
-        }
-    accepted: list[_Accept] = []
-    claims: list[tuple[str, float]] = []
-    for c in calls:
-        if any(claim in taken for claim in c.claims):
-            continue
-        taken.update(c.claims)
-        claims += [(claim, c.now) for claim in c.claims]
-        accepted.append(c)
-    if claims:
-        await db.executemany("INSERT INTO deliveries (id, claimed_at) VALUES (?, ?)", claims)
-    if not accepted:
-        return [None] * len(calls)
-    # 2. Conversations, created where new; "new" means nothing was ever said there.
+_ACCEPT_ROWS = (
+    "INSERT INTO teammate_accept SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+    "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), "
+    "json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), "
+    "json_extract(value, '$[8]'), json_extract(value, '$[9]') FROM json_each(?) ORDER BY key"
+)
+_ACCEPTED = (
+    "DELETE FROM teammate_accepted RETURNING request, created, item_id, "
+    "(SELECT json_array(id, key, channel_key, title, settings, created_at, updated_at) "
+    "FROM conversations WHERE id = conversation_id)"
+)
+
+
+def _accept_row(call: _Accept) -> list[Any]:
+    return [
+        call.request,
+        call.key,
+        call.channel_key,
+        call.title,
+        _ids(call.claims),
+        call.delivery_id,
+        call.body_json,
+        call.ref_json,
+        call.now,
+        _ids(json for _message, json in call.backfill),
+    ]
+
+
+async def _accept_lone(db: Db, call: _Accept) -> Accepted | None:
+    # The accept is the first statement (one autocommit write); the second only reads and
+    # clears its outcome from this connection's TEMP table.
     await db.execute(
-        "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
-        "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
-        "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[3]') "
-        "FROM json_each(?) WHERE true ON CONFLICT (key) DO NOTHING",
-        (_ids((c.key, c.channel_key, c.title, c.now) for c in accepted),),
+        "INSERT INTO teammate_accept VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _accept_row(call)
     )
-    found = await _fetchall(
-        db,
-        f"SELECT {rows.CONVERSATION_COLUMNS}, last_seq = 0 AND NOT EXISTS "
-        "(SELECT 1 FROM inbox WHERE inbox.conversation_id = conversations.id) "
-        "FROM conversations WHERE key IN (SELECT value FROM json_each(?))",
-        (_ids({c.key for c in accepted}),),
-    )
-    by_key = {str(row[1]): (rows.conversation_from(row), bool(row[-1])) for row in found}
-    # 3. The backfill of each new conversation, stored by its first message only.
-    backfill: list[tuple[Any, ...]] = []
-    created: set[int] = set()
-    for c in accepted:
-        conversation, new = by_key[c.key]
-        if new and conversation.id not in created:
-            created.add(conversation.id)
-            backfill += [
-                _message_row(conversation.id, seq, earlier, earlier_json, None, c.now)
-                for seq, (earlier, earlier_json) in enumerate(c.backfill, start=1)
-            ]
-    if backfill:
-        await db.executemany(_INSERT_MESSAGE, backfill)
-    # 4. The inbox items, in the calls' order: their ids grow in that order.
-    item_ids = sorted(
-        int(row[0])
-        for row in await _fetchall(
-            db,
-            "INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at) "
-            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
-            "json_extract(value, '$[2]'), json_extract(value, '$[3]'), "
-            "json_extract(value, '$[4]') FROM json_each(?) WHERE true ORDER BY key RETURNING id",
-            (
-                _ids(
-                    (by_key[c.key][0].id, c.delivery_id, c.body_json, c.ref_json, c.now)
-                    for c in accepted
-                ),
-            ),
-        )
-    )
-    results: dict[int, Accepted] = {}
-    firsts: set[int] = set()
-    for c, item_id in zip(accepted, item_ids, strict=True):
-        conversation, new = by_key[c.key]
-        first = new and conversation.id not in firsts
-        firsts.add(conversation.id)
+    return (await _accepted(db, [call]))[0]
+
+
+async def _accept_many(db: Db, calls: list[_Accept]) -> list[Accepted | None]:
+    await db.execute(_ACCEPT_ROWS, (_ids(_accept_row(c) for c in calls),))
+    return await _accepted(db, calls)
+
+
+async def _accepted(db: Db, calls: list[_Accept]) -> list[Accepted | None]:
+    outcomes = {int(row[0]): row for row in await _fetchall(db, _ACCEPTED)}
+    results: list[Accepted | None] = []
+    for call in calls:
+        row = outcomes.get(call.request)
+        if row is None:  # a repeat: the trigger skipped it
+            results.append(None)
+            continue
+        conversation = rows.conversation_from(json.loads(row[3]))
         item = InboxItem(
-            id=item_id,
+            id=int(row[2]),
             conversation_id=conversation.id,
-            message=c.message,
-            surface_ref=json.loads(c.ref_json),
-            received_at=c.now,
+            message=call.message,
+            surface_ref=json.loads(call.ref_json),
+            received_at=call.now,
         )
-        results[id(c)] = Accepted(conversation=conversation, item=item, created=first)
-    return [results.get(id(c)) for c in calls]
+        results.append(Accepted(conversation=conversation, item=item, created=bool(row[1])))
+    return results
 
 
 ACCEPT: Op[Db, _Accept, Accepted | None] = Op(
-    "accept_delivery", one=_one_of(_accept_many), many=_accept_many
+    "accept_delivery", one=_one_of(_accept_many), lone=_accept_lone, many=_accept_many
 )
 
 
@@ -991,6 +1031,7 @@ class AioSqliteStore:
         # (with their conversation): `deliver` hands back the very object accepted instead of
         # parsing it again. Bounded; a miss (a restart, eviction) parses the stored body.
         self._accepted: dict[int, tuple[int, Message]] = {}
+        self._requests = itertools.count(1)
         # Unclosed and forgotten: stop the drivers' threads instead of leaking them.
         connections = [c for c in (writer, reader) if c is not None]
         self._finalizer = weakref.finalize(self, _stop_all, connections)
@@ -1029,7 +1070,9 @@ class AioSqliteStore:
                 raise SchemaError(f"{path}: could not switch to WAL mode (got {mode!r})")
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, path, migrations)
-            db.execute(_LAST_SEQ_TRIGGER)
+            # Per connection, never in the file: another Teammate sees the plain schema.
+            for statement in [_LAST_SEQ_TRIGGER, _DELIVER_TRIGGER, *_ACCEPT_SETUP]:
+                db.execute(statement)
 
         def setup_reader(db: sqlite3.Connection) -> None:
             db.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
@@ -1285,6 +1328,7 @@ class AioSqliteStore:
             dict.fromkeys([*([delivery_id] if delivery_id is not None else []), *also_claim])
         )
         call = _Accept(
+            request=next(self._requests),
             key=conversation_key,
             channel_key=channel_key,
             title=title,
@@ -1340,7 +1384,9 @@ class AioSqliteStore:
         delivered, in one transaction; items already settled are skipped."""
         ids = list(item_ids)
         delivery = _Delivery(conversation_id, ids, self._known(conversation_id, ids))
-        stored = await self._write(DELIVER, _Deliver(delivery, run_id, self._clock()))
+        one_known = len(ids) == 1 and len(delivery.known) == 1
+        call = _Deliver(delivery, run_id, self._clock())
+        stored = await self._write(DELIVER_KNOWN_ONE if one_known else DELIVER, call)
         self._forget(ids)
         return stored
 
