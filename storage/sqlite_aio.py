@@ -143,6 +143,14 @@ _APPEND_MESSAGE = (
     "platform_message_id, run_id, created_at, body) "
     "SELECT id, last_seq + 1, ?, ?, ?, ?, ?, ?, ? FROM conversations WHERE id = ? RETURNING seq"
 )
+# `_APPEND_MESSAGE` for a batch: without RETURNING (`executemany`), and skipped when the
+# reply's usage names an unknown run (its ledger entry then failed the same way).
+_APPEND_CHARGED = (
+    "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
+    "platform_message_id, run_id, created_at, body) "
+    "SELECT id, last_seq + 1, ?, ?, ?, ?, ?, ?, ? FROM conversations WHERE id = ? "
+    "AND (NOT ? OR EXISTS (SELECT 1 FROM runs WHERE runs.id = ?))"
+)
 _RECORD_USAGE = (
     "INSERT INTO usage_ledger (run_id, conversation_id, user_id, channel_key, model, at, "
     "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
@@ -211,6 +219,18 @@ def _message_row(
 async def _fetchall(db: Db, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """One statement, its rows: one round trip."""
     return list(await db.execute_fetchall(sql, params))
+
+
+async def _together(*steps: Awaitable[Any]) -> list[Any]:
+    """Hand the driver every statement at once, in order: one round trip for all of them
+    (each is queued when its task first runs, and tasks first run in the order made). The
+    first exception is raised once every statement has finished."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
 
 
 async def _fetchone(db: Db, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -305,30 +325,46 @@ async def _append_lone(db: Db, call: _Append) -> StoredMessage:
 
 
 async def _append_many(db: Db, calls: list[_Append]) -> list[StoredMessage | Exception]:
-    last_seq = await _conversation_last_seqs(db, (c.conversation_id for c in calls))
-    charged = [c for c in calls if c.usage is not None]
-    runs = await _known_runs(db, {c.run_id for c in charged if c.run_id is not None})
+    # One round trip: the ledger entries, the messages (each INSERT takes the next seq; one
+    # whose run is unknown is not inserted), then the lookups that tell which went in.
+    ledger = [_usage_row(c.run_id, c.usage, c.model, c.now) for c in calls if c.usage]
+    run_ids = {c.run_id for c in calls if c.usage is not None and c.run_id is not None}
+    steps: list[Awaitable[Any]] = []
+    if ledger:
+        steps.append(db.executemany(_RECORD_USAGE, ledger))
+    steps.append(
+        db.executemany(
+            _APPEND_CHARGED,
+            [
+                (
+                    *_message_row(0, 0, c.message, c.body_json, c.run_id, c.now)[2:],
+                    c.conversation_id,
+                    c.usage is not None,
+                    c.run_id,
+                )
+                for c in calls
+            ],
+        )
+    )
+    steps.append(_conversation_last_seqs(db, {c.conversation_id for c in calls}))
+    steps.append(_known_runs(db, run_ids))
+    *_writes, last_seq, runs = await _together(*steps)
+    went_in: dict[int, list[_Append]] = {}
+    for c in calls:
+        if c.conversation_id in last_seq and (c.usage is None or c.run_id in runs):
+            went_in.setdefault(c.conversation_id, []).append(c)
+    seqs: dict[int, int] = {}  # by id(call): the k-th of n calls took last_seq - n + k
+    for conversation_id, appended in went_in.items():
+        first = last_seq[conversation_id] - len(appended) + 1
+        seqs.update({id(c): first + k for k, c in enumerate(appended)})
     outcomes: list[StoredMessage | Exception] = []
-    ledger: list[tuple[Any, ...]] = []
-    inserts: list[tuple[Any, ...]] = []
     for c in calls:
         if c.usage is not None and c.run_id not in runs:  # as from record_usage: first
             outcomes.append(KeyError(f"no run with id {c.run_id}"))
-            continue
-        if c.conversation_id not in last_seq:
+        elif c.conversation_id not in last_seq:
             outcomes.append(KeyError(f"no conversation with id {c.conversation_id}"))
-            continue
-        if c.usage is not None:
-            ledger.append(_usage_row(c.run_id, c.usage, c.model, c.now))
-        seq = last_seq[c.conversation_id] = last_seq[c.conversation_id] + 1
-        inserts.append(
-            _message_row(c.conversation_id, seq, c.message, c.body_json, c.run_id, c.now)
-        )
-        outcomes.append(StoredMessage(seq=seq, message=c.message))
-    if ledger:
-        await db.executemany(_RECORD_USAGE, ledger)
-    if inserts:
-        await db.executemany(_INSERT_MESSAGE, inserts)
+        else:
+            outcomes.append(StoredMessage(seq=seqs[id(c)], message=c.message))
     return outcomes
 
 
@@ -419,18 +455,21 @@ CLAIM: Op[Db, tuple[str, float], bool] = Op(
 async def _conversations_many(
     db: Db, calls: list[tuple[str, str, str | None, float]]
 ) -> list[Conversation]:
-    await db.execute(
-        "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
-        "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
-        "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[3]') "
-        "FROM json_each(?) WHERE true ON CONFLICT (key) DO NOTHING",
-        (_ids(calls),),
-    )
-    found = await _fetchall(
-        db,
-        f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations "
-        "WHERE key IN (SELECT json_extract(value, '$[0]') FROM json_each(?))",
-        (_ids(calls),),
+    _inserted, found = await _together(
+        db.execute(
+            "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
+            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+            "json_extract(value, '$[2]'), json_extract(value, '$[3]'), "
+            "json_extract(value, '$[3]') FROM json_each(?) WHERE true "
+            "ON CONFLICT (key) DO NOTHING",
+            (_ids(calls),),
+        ),
+        _fetchall(
+            db,
+            f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations "
+            "WHERE key IN (SELECT json_extract(value, '$[0]') FROM json_each(?))",
+            (_ids(calls),),
+        ),
     )
     by_key = {str(row[1]): rows.conversation_from(row) for row in found}
     return [by_key[call[0]] for call in calls]
@@ -460,70 +499,67 @@ class _Delivery:
     known: dict[int, Message]  # messages this store still holds: not parsed again
 
 
-@dataclass(slots=True)
-class _Plan:
-    """What one delivery will write (`stored` empty when every item was settled before), or
-    the `KeyError` that refuses it whole."""
+# Deliver one item in its turn: the next seq, taken when it runs; only if still pending; only
+# if every item of its call is that conversation's (else the call writes nothing at all).
+_DELIVER_ITEM = (
+    "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, run_id = ?, "
+    "seq = (SELECT last_seq + 1 FROM conversations WHERE id = inbox.conversation_id) "
+    "WHERE id = ? AND conversation_id = ? AND state = 'pending' AND (SELECT COUNT(*) FROM inbox "
+    "WHERE id IN (SELECT value FROM json_each(?)) AND conversation_id = ?) = ?"
+)
+_INBOX_STATE = (
+    "SELECT id, conversation_id, state, body, seq FROM inbox "
+    "WHERE id IN (SELECT value FROM json_each(?))"
+)
 
-    stored: list[StoredMessage]
-    updates: list[list[Any]]  # inbox updates; run_id at index 2
-    error: KeyError | None = None
 
-    def for_run(self, run_id: int | None) -> _Plan:
-        for row in self.updates:
-            row[2] = run_id
-        return self
+def _delivery_rows(delivery: _Delivery, run_id: int | None, now: float) -> list[tuple[Any, ...]]:
+    cid, ids = delivery.conversation_id, delivery.item_ids
+    everyone = (_ids(ids), cid, len(set(ids)))
+    return [(now, run_id, item_id, cid, *everyone) for item_id in ids]
 
 
-async def _plan_deliveries(db: Db, deliveries: list[_Delivery], now: float) -> list[_Plan]:
-    """Look up every item of every delivery at once (two statements); per delivery, what it
-    will write, or a KeyError (then it writes nothing)."""
-    wanted = {item for d in deliveries for item in d.item_ids}
-    items: dict[int, tuple[int, str, str | None]] = {}
-    if wanted:
-        for row in await _fetchall(
-            db,
-            "SELECT id, conversation_id, state, body FROM inbox "
-            "WHERE id IN (SELECT value FROM json_each(?))",
-            (_ids(wanted),),
-        ):
-            items[int(row[0])] = (int(row[1]), str(row[2]), row[3])
-    last_seq = await _conversation_last_seqs(db, (d.conversation_id for d in deliveries))
-    plans: list[_Plan] = []
-    settled: set[int] = set()
+async def _inbox_state(db: Db, item_ids: set[int]) -> dict[int, tuple[int, str, str | None, Any]]:
+    found = await _fetchall(db, _INBOX_STATE, (_ids(item_ids),)) if item_ids else []
+    return {int(row[0]): (int(row[1]), str(row[2]), row[3], row[4]) for row in found}
+
+
+def _refusal(
+    delivery: _Delivery, before: dict[int, tuple[int, str, str | None, Any]]
+) -> KeyError | None:
+    """Why a delivery writes nothing: an item that is not its conversation's."""
+    cid = delivery.conversation_id
+    foreign = [i for i in delivery.item_ids if i not in before or before[i][0] != cid]
+    return KeyError(f"no inbox item {foreign[0]} in conversation {cid}") if foreign else None
+
+
+def _delivered(
+    deliveries: list[_Delivery],
+    before: dict[int, tuple[int, str, str | None, Any]],
+    after: dict[int, tuple[int, str, str | None, Any]],
+) -> list[list[StoredMessage] | KeyError]:
+    """What each delivery did, from its items before and after: the items pending before,
+    in its order (an item in two deliveries went to the first), or a KeyError."""
+    outcomes: list[list[StoredMessage] | KeyError] = []
+    taken: set[int] = set()
     for delivery in deliveries:
-        cid = delivery.conversation_id
-        foreign = [i for i in delivery.item_ids if i not in items or items[i][0] != cid]
-        if foreign:
-            error = KeyError(f"no inbox item {foreign[0]} in conversation {cid}")
-            plans.append(_Plan([], [], error))
+        refused = _refusal(delivery, before)
+        if refused is not None:
+            outcomes.append(refused)
             continue
-        plan = _Plan([], [])
+        stored: list[StoredMessage] = []
         for item_id in delivery.item_ids:
-            _conversation, state, body_json = items[item_id]
-            if state != "pending" or item_id in settled:  # an id given twice: delivered once
+            _conversation, state, body_json, _seq = before[item_id]
+            if state != "pending" or item_id in taken:  # settled before, or given twice
                 continue
+            taken.add(item_id)
             assert body_json is not None  # a pending item keeps its body
-            settled.add(item_id)
             message = delivery.known.get(item_id)
             if message is None:
                 message = load_message(body_json)
-            seq = last_seq[cid] = last_seq[cid] + 1
-            plan.updates.append([now, seq, None, item_id])
-            plan.stored.append(StoredMessage(seq=seq, message=message))
-        plans.append(plan)
-    return plans
-
-
-async def _write_deliveries(db: Db, plans: Iterable[_Plan]) -> None:
-    """Every planned inbox update in one `executemany` (the trigger appends each message)."""
-    updates = [row for plan in plans for row in plan.updates]
-    if updates:
-        await db.executemany(
-            "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, seq = ?, "
-            "run_id = ? WHERE id = ?",
-            updates,
-        )
+            stored.append(StoredMessage(seq=int(after[item_id][3]), message=message))
+        outcomes.append(stored)
+    return outcomes
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,11 +570,13 @@ class _Deliver:
 
 
 async def _deliver_many(db: Db, calls: list[_Deliver]) -> list[list[StoredMessage] | Exception]:
-    plans = await _plan_deliveries(db, [c.delivery for c in calls], calls[0].now)
-    await _write_deliveries(
-        db, (plan.for_run(c.run_id) for c, plan in zip(calls, plans, strict=True))
+    # One round trip: the items before, every item delivered in its turn, the items after.
+    wanted = {item for c in calls for item in c.delivery.item_ids}
+    rows_ = [row for c in calls for row in _delivery_rows(c.delivery, c.run_id, c.now)]
+    before, _updated, after = await _together(
+        _inbox_state(db, wanted), db.executemany(_DELIVER_ITEM, rows_), _inbox_state(db, wanted)
     )
-    return [plan.error or plan.stored for plan in plans]
+    return list(_delivered([c.delivery for c in calls], before, after))
 
 
 async def _deliver_lone(db: Db, call: _Deliver) -> list[StoredMessage]:
@@ -634,45 +672,56 @@ async def _start_run_lone(db: Db, call: _StartRun) -> RunRecord:
 
 
 async def _start_run_many(db: Db, calls: list[_StartRun]) -> list[RunRecord | Exception]:
-    conversations = {
-        int(row[0]): (str(row[1]), str(row[2]))
-        for row in await _fetchall(
+    # Round trip 1: the lookups, and every run whose conversation and items are all known
+    # (one INSERT; ids grow in insertion order, the calls' order). Round trip 2: deliveries.
+    wanted = {item for c in calls for item in c.delivery.item_ids}
+    runs_json = _ids(
+        [*_run_params(c), _ids(c.delivery.item_ids), len(set(c.delivery.item_ids))] for c in calls
+    )
+    found, before, inserted = await _together(
+        _fetchall(
             db,
             "SELECT id, key, channel_key FROM conversations "
             "WHERE id IN (SELECT value FROM json_each(?))",
             (_ids({c.conversation_id for c in calls}),),
-        )
-    }
+        ),
+        _inbox_state(db, wanted),
+        _fetchall(
+            db,
+            f"INSERT INTO runs ({_RUN_COLUMNS_INSERTED}) "
+            "SELECT c.id, 'running', json_extract(j.value, '$[0]'), "
+            "json_extract(j.value, '$[1]'), "
+            "COALESCE(json_extract(j.value, '$[2]'), c.channel_key), "
+            "json_extract(j.value, '$[3]'), json_extract(j.value, '$[4]'), "
+            "json_extract(j.value, '$[5]') FROM json_each(?) j "
+            "JOIN conversations c ON c.id = json_extract(j.value, '$[6]') "
+            "WHERE (SELECT COUNT(*) FROM inbox WHERE id IN "
+            "(SELECT value FROM json_each(json_extract(j.value, '$[7]'))) "
+            "AND conversation_id = c.id) = json_extract(j.value, '$[8]') "
+            "ORDER BY j.key RETURNING id",
+            (runs_json,),
+        ),
+    )
+    conversations = {int(row[0]): (str(row[1]), str(row[2])) for row in found}
     known = [c for c in calls if c.conversation_id in conversations]
-    plans = await _plan_deliveries(db, [c.delivery for c in known], calls[0].now)
-    plan_of = {id(c): plan for c, plan in zip(known, plans, strict=True)}
-    startable = [c for c in known if plan_of[id(c)].error is None]
-    run_ids: dict[int, int] = {}
-    if startable:
-        # One INSERT for every run; ids grow in insertion order, which is the calls' order.
-        inserted = sorted(
-            int(row[0])
-            for row in await _fetchall(
-                db,
-                f"INSERT INTO runs ({_RUN_COLUMNS_INSERTED}) "
-                "SELECT c.id, 'running', json_extract(j.value, '$[0]'), "
-                "json_extract(j.value, '$[1]'), "
-                "COALESCE(json_extract(j.value, '$[2]'), c.channel_key), "
-                "json_extract(j.value, '$[3]'), json_extract(j.value, '$[4]'), "
-                "json_extract(j.value, '$[5]') FROM json_each(?) j "
-                "JOIN conversations c ON c.id = json_extract(j.value, '$[6]') ORDER BY j.key "
-                "RETURNING id",
-                (_ids(_run_params(c) for c in startable),),
-            )
-        )
-        run_ids = {id(c): run_id for c, run_id in zip(startable, inserted, strict=True)}
-        await _write_deliveries(db, (plan_of[id(c)].for_run(run_ids[id(c)]) for c in startable))
+    refused = {id(c): r for c in known if (r := _refusal(c.delivery, before)) is not None}
+    started = [c for c in known if id(c) not in refused]
+    run_ids = {
+        id(c): run_id
+        for c, run_id in zip(started, sorted(int(row[0]) for row in inserted), strict=True)
+    }
+    delivering = [c for c in started if c.delivery.item_ids]
+    if delivering:
+        rows_ = [
+            row for c in delivering for row in _delivery_rows(c.delivery, run_ids[id(c)], c.now)
+        ]
+        await db.executemany(_DELIVER_ITEM, rows_)
     outcomes: list[RunRecord | Exception] = []
     for c in calls:
         if c.conversation_id not in conversations:
             outcomes.append(KeyError(f"no conversation with id {c.conversation_id}"))
-        elif (error := plan_of[id(c)].error) is not None:
-            outcomes.append(error)
+        elif id(c) in refused:
+            outcomes.append(refused[id(c)])
         else:
             key, channel = conversations[c.conversation_id]
             channel = c.channel_key if c.channel_key is not None else channel
@@ -711,27 +760,24 @@ async def _finish_many(
     first: dict[int, tuple[int, str, str | None, float]] = {}
     for call in calls:  # a run finished twice in one batch: the first finish wins
         first.setdefault(call[0], call)
-    finished = {
-        int(row[0]): rows.run_record(row)
-        for row in await _fetchall(
-            db,
+    # One round trip: every finish, then every run as it is now.
+    _updated, found = await _together(
+        db.execute(
             "UPDATE runs SET outcome = json_extract(j.value, '$[1]'), "
             "error = json_extract(j.value, '$[2]'), finished_at = json_extract(j.value, '$[3]'), "
             "(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
             f"= (SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE run_id = runs.id) "
             "FROM json_each(?) j WHERE runs.id = json_extract(j.value, '$[0]') "
-            f"AND runs.outcome = 'running' RETURNING {_RUN_FIELDS}",
+            "AND runs.outcome = 'running'",
             (_ids(first.values()),),
-        )
-    }
-    rest = {call[0] for call in calls} - finished.keys()
-    if rest:
-        for row in await _fetchall(
+        ),
+        _fetchall(
             db,
             f"SELECT {_RUN_FIELDS} FROM runs WHERE id IN (SELECT value FROM json_each(?))",
-            (_ids(rest),),
-        ):
-            finished[int(row[0])] = rows.run_record(row)
+            (_ids(first),),
+        ),
+    )
+    finished = {int(row[0]): rows.run_record(row) for row in found}
     return [finished.get(call[0]) or KeyError(f"no run with id {call[0]}") for call in calls]
 
 
@@ -789,15 +835,20 @@ def _accept_row(call: _Accept) -> list[Any]:
 async def _accept_lone(db: Db, call: _Accept) -> Accepted | None:
     # The accept is the first statement (one autocommit write); the second only reads and
     # clears its outcome from this connection's TEMP table.
-    await db.execute(
-        "INSERT INTO teammate_accept VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _accept_row(call)
+    _inserted, accepted = await _together(
+        db.execute(
+            "INSERT INTO teammate_accept VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _accept_row(call)
+        ),
+        _accepted(db, [call]),
     )
-    return (await _accepted(db, [call]))[0]
+    return accepted[0]  # type: ignore[no-any-return]
 
 
 async def _accept_many(db: Db, calls: list[_Accept]) -> list[Accepted | None]:
-    await db.execute(_ACCEPT_ROWS, (_ids(_accept_row(c) for c in calls),))
-    return await _accepted(db, calls)
+    _inserted, accepted = await _together(
+        db.execute(_ACCEPT_ROWS, (_ids(_accept_row(c) for c in calls),)), _accepted(db, calls)
+    )
+    return accepted  # type: ignore[no-any-return]
 
 
 async def _accepted(db: Db, calls: list[_Accept]) -> list[Accepted | None]:
@@ -984,6 +1035,126 @@ CHANNEL_CONFIG: Op[Db, tuple[str, str, str | None, float], None] = Op(
 )
 
 
+# --- reads: many at once where the runner makes many ----------------------------------------
+
+
+class _NoTransactions:
+    """Reads need no transaction: each statement sees what was committed when it ran."""
+
+    async def begin(self, db: Db) -> None:
+        return None
+
+    async def commit(self, db: Db) -> None:
+        return None
+
+    async def rollback(self, db: Db) -> None:
+        return None
+
+    async def savepoint(self, db: Db) -> None:
+        return None
+
+    async def release(self, db: Db) -> None:
+        return None
+
+    async def rollback_to(self, db: Db) -> None:
+        return None
+
+
+async def _read_one(db: Db, body: Callable[[Db], Awaitable[Any]]) -> Any:
+    return await body(db)
+
+
+async def _read_many(db: Db, bodies: list[Callable[[Db], Awaitable[Any]]]) -> list[Any]:
+    """Unrelated reads: all handed to the driver at once; each caller gets its own error."""
+    results = await asyncio.gather(*(body(db) for body in bodies), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, Exception):
+            raise result
+    return results
+
+
+READ: Op[Db, Callable[[Db], Awaitable[Any]], Any] = Op(
+    "read", one=_read_one, lone=_read_one, many=_read_many
+)
+
+# Every conversation's head (its row and latest compaction, as one JSON array) and the
+# messages after that compaction, in ONE statement: one snapshot, one round trip.
+_LOAD = (
+    "WITH w AS (SELECT DISTINCT value AS cid FROM json_each(?)), "
+    "k AS (SELECT cid, (SELECT id FROM compactions WHERE conversation_id = cid "
+    "ORDER BY id DESC LIMIT 1) AS kid FROM w) "
+    'SELECT k.cid, 0, NULL AS "body [teammate_message]", json_array(c.id, c.key, '
+    "c.channel_key, c.title, c.settings, c.created_at, c.updated_at, p.id, p.summary, "
+    "p.up_to_seq, p.details, p.created_at) FROM k JOIN conversations c ON c.id = k.cid "
+    "LEFT JOIN compactions p ON p.id = k.kid "
+    "UNION ALL SELECT m.conversation_id, m.seq, m.body, NULL FROM k JOIN messages m "
+    "ON m.conversation_id = k.cid AND m.seq > "
+    "COALESCE((SELECT up_to_seq FROM compactions WHERE id = k.kid), 0) ORDER BY 1, 2"
+)
+
+
+async def _load_many(db: Db, conversation_ids: list[int]) -> list[LoadedConversation | KeyError]:
+    # Parsing thousands of messages (on the driver's thread, as they are fetched) creates
+    # objects faster than the cyclic GC's thresholds expect; its repeated passes over a big
+    # heap would more than double a long load. Nothing here forms cycles.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        found = await _fetchall(db, _LOAD, (_ids(conversation_ids),))
+    finally:
+        if was_enabled:
+            gc.enable()
+    heads: dict[int, tuple[Conversation, Compaction | None]] = {}
+    messages: dict[int, list[StoredMessage]] = {}
+    for cid, seq, message, head in found:
+        if head is None:
+            messages[cid].append(StoredMessage(seq=int(seq), message=message))
+            continue
+        fields = json.loads(head)
+        compaction = None
+        if fields[7] is not None:
+            compaction = Compaction(
+                id=int(fields[7]),
+                conversation_id=int(cid),
+                summary=str(fields[8]),
+                up_to_seq=int(fields[9]),
+                created_at=float(fields[11]),
+                details=json.loads(fields[10]),
+            )
+        heads[cid] = (rows.conversation_from(fields), compaction)
+        messages[cid] = []
+    return [
+        LoadedConversation(heads[cid][0], heads[cid][1], messages[cid])
+        if cid in heads
+        else KeyError(f"no conversation with id {cid}")
+        for cid in conversation_ids
+    ]
+
+
+LOAD: Op[Db, int, LoadedConversation] = Op(
+    "load", one=_one_of(_load_many), lone=_one_of(_load_many), many=_load_many
+)
+
+
+async def _channel_configs(db: Db, keys: list[str]) -> list[dict[str, Any] | None]:
+    found = await _fetchall(
+        db,
+        "SELECT channel_key, config FROM channel_config "
+        "WHERE channel_key IN (SELECT value FROM json_each(?))",
+        (_ids(set(keys)),),
+    )
+    configs = {str(key): rows.load_json_object(config) for key, config in found}
+    return [configs.get(key) for key in keys]
+
+
+CHANNEL_CONFIG_READ: Op[Db, str, dict[str, Any] | None] = Op(
+    "get_channel_config",
+    one=_one_of(_channel_configs),
+    lone=_one_of(_channel_configs),
+    many=_channel_configs,
+)
+
+
 # --- the store -------------------------------------------------------------------------------
 
 
@@ -1024,6 +1195,8 @@ class AioSqliteStore:
         self._writer = writer
         self._reader = reader  # None for ":memory:": reads queue with the writes
         self._batcher: Batcher[Db] = Batcher(writer, _SqliteTransactions())
+        # Reads batch the same way on their own connection, with no transaction to open.
+        self._readers = None if reader is None else Batcher(reader, _NoTransactions())
         self._path = path
         self._clock = clock
         self._closed = False
@@ -1131,6 +1304,8 @@ class AioSqliteStore:
         self._closed = True
         self._finalizer.detach()
         await self._batcher.drain()
+        if self._readers is not None:
+            await self._readers.drain()
         await self._writer.close()
         if self._reader is not None:
             await self._reader.close()
@@ -1161,15 +1336,13 @@ class AioSqliteStore:
         return await self._batcher.submit(op, arg)
 
     async def _read(self, body: Callable[[Db], Awaitable[T]]) -> T:
-        """Run `body`'s statements on the reader (committed data only)."""
+        """Run `body`'s statements on the reader (committed data only); reads made together
+        are handed to the driver together."""
+        return await self._read_op(READ, body)
+
+    async def _read_op(self, op: Op[Db, Any, T], arg: Any) -> T:
         self._refuse_if_closed()
-        if self._reader is not None:
-            return await body(self._reader)
-
-        async def read(db: Db, _arg: None) -> T:
-            return await body(db)
-
-        return await self._batcher.submit(Op("read", one=read, lone=read), None)
+        return await (self._readers or self._batcher).submit(op, arg)
 
     # --- conversations --------------------------------------------------------------------
 
@@ -1246,33 +1419,7 @@ class AioSqliteStore:
 
     async def load(self, conversation_id: int) -> LoadedConversation:
         """The conversation, its latest compaction and every message after that compaction."""
-
-        async def body(db: Db) -> LoadedConversation:
-            head = await _fetchone(
-                db,
-                "SELECT c.id, c.key, c.channel_key, c.title, c.settings, c.created_at, "
-                "c.updated_at, k.id, k.summary, k.up_to_seq, k.details, k.created_at "
-                "FROM conversations c LEFT JOIN compactions k ON k.id = "
-                "(SELECT MAX(id) FROM compactions WHERE conversation_id = c.id) WHERE c.id = ?",
-                (conversation_id,),
-            )
-            if head is None:
-                raise KeyError(f"no conversation with id {conversation_id}")
-            compaction = None
-            if head[7] is not None:
-                compaction = Compaction(
-                    id=int(head[7]),
-                    conversation_id=conversation_id,
-                    summary=str(head[8]),
-                    up_to_seq=int(head[9]),
-                    created_at=float(head[11]),
-                    details=json.loads(head[10]),
-                )
-            after = compaction.up_to_seq if compaction else 0
-            messages = await _messages_after(db, conversation_id, after)
-            return LoadedConversation(rows.conversation_from(head), compaction, messages)
-
-        return await self._read(body)
+        return await self._read_op(LOAD, conversation_id)
 
     async def messages_after(self, conversation_id: int, seq: int) -> list[StoredMessage]:
         """Messages with a seq greater than `seq`, in order (none for an unknown id)."""
@@ -1570,14 +1717,7 @@ class AioSqliteStore:
 
     async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
         """The channel's stored configuration, or None if none was ever set."""
-
-        async def body(db: Db) -> dict[str, Any] | None:
-            row = await _fetchone(
-                db, "SELECT config FROM channel_config WHERE channel_key = ?", (channel_key,)
-            )
-            return None if row is None else rows.load_json_object(row[0])
-
-        return await self._read(body)
+        return await self._read_op(CHANNEL_CONFIG_READ, channel_key)
 
     async def set_channel_config(
         self, channel_key: str, config: dict[str, Any], *, by: str | None
