@@ -21,8 +21,10 @@ request, or stored twice), and replay mismatches (the stored conversation, repla
 run would send it, differs from what the model was last sent plus its reply).
 
 Run: uv run python benchmarks/concurrency.py [--sizes 100 1000] [--latency 1.0] [--steer 1000]
-[--stores thread aiosqlite]. Prints two tables per store (with several, then a comparison: each
-figure per store and the first's over the other's), then one JSON line. Targets at N = 1,000: wall < 1.3 s, peak memory < 300 MB;
+[--stores thread aiosqlite] [--rounds 1]. Prints two tables per store and round (with several
+stores, then a comparison: each figure's median over the rounds per store, and the first's over
+the other's), then one JSON line. Targets at N = 1,000:
+wall < 1.3 s, peak memory < 300 MB;
 steering: all answered, no duplicates, no mismatches, runner own < 0.5 ms per model call.
 """
 
@@ -36,6 +38,7 @@ import platform
 import random
 import resource
 import sqlite3
+import statistics
 import tempfile
 import threading
 import time
@@ -289,6 +292,7 @@ async def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--steer", type=int, default=1000, help="conversations; 0 to skip")
     parser.add_argument("--stores", nargs="+", choices=sorted(STORES), default=list(STORES))
+    parser.add_argument("--rounds", type=int, default=1, help="each store, alternating")
     args = parser.parse_args()
     print(
         f"conditions: python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
@@ -296,11 +300,17 @@ async def main() -> None:
         "conversation, real runner + SQLite store (WAL) in a temp dir; stores: "
         + ", ".join(args.stores)
     )
-    by_store: dict[str, dict[str, float]] = {}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in args.stores}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.stores:
-            print(f"\n== store: {name}")
-            by_store[name] = await measure(args, STORES[name], Path(tmp) / name)
+        for round_ in range(args.rounds):  # alternating, so that both see the same machine
+            for name in args.stores:
+                print(f"\n== store: {name} (round {round_ + 1}/{args.rounds})")
+                where = Path(tmp) / f"{name}-{round_}"
+                runs[name].append(await measure(args, STORES[name], where))
+    by_store = {
+        name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        for name, rounds in runs.items()
+    }
     figures = by_store[args.stores[0]]
     if len(by_store) > 1:
         figures = compare(by_store)
