@@ -9,8 +9,9 @@ model's 1 s, the overhead per turn (wall time of the same N conversations with a
 model, divided by N: comparable with every earlier version), and peak resident memory of the
 process. The overhead is then split, per turn, in CPU time: "loop alone" (the same
 conversations through the agent loop and scripted model only: the harness, not the runner),
-"runner own" (the event loop's CPU beyond the loop alone: what the runner adds) and "store
-thread" (CPU of the store's database thread, beside the event loop).
+"runner own" (the event loop's CPU beyond the loop alone: what the runner adds, the store's
+event-loop side included) and "store thread" (CPU of the store's driver threads, aiosqlite's
+writer and reader, beside the event loop).
 
 The steering-heavy case (issue 8): STEER_N conversations, each receiving 3 messages 50-300 ms
 apart while a 1 s model reply with one tool call runs (the later two are steered into the run,
@@ -21,7 +22,7 @@ request, or stored twice), and replay mismatches (the stored conversation, repla
 run would send it, differs from what the model was last sent plus its reply).
 
 Run: uv run python benchmarks/concurrency.py [--sizes 100 1000] [--latency 1.0] [--steer 1000]
-[--stores thread aiosqlite] [--rounds 1]. Prints two tables per store and round (with several
+[--stores sqlite] [--rounds 1]. Prints two tables per store and round (with several
 stores, then a comparison: each figure's median over the rounds per store, and the first's over
 the other's), then one JSON line. Targets at N = 1,000:
 wall < 1.3 s, peak memory < 300 MB;
@@ -58,12 +59,11 @@ from core.models.base import ModelRequest
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
-from storage.sqlite_aio import AioSqliteStore
 
-# The SQLite stores measured side by side in one run: today's database thread, and the
-# aiosqlite store replacing it. `--stores` picks.
-StoreClass = type[SqliteStore] | type[AioSqliteStore]
-STORES: dict[str, StoreClass] = {"thread": SqliteStore, "aiosqlite": AioSqliteStore}
+# The stores measured, side by side when several (same run, alternating rounds); `--stores`
+# picks. The database-thread store this one replaced was measured against it this way.
+StoreClass = type[SqliteStore]
+STORES: dict[str, StoreClass] = {"sqlite": SqliteStore}
 
 
 class CountingSurface:
@@ -85,7 +85,7 @@ class CountingSurface:
 
 def thread_cpu_s() -> tuple[float, float]:
     """CPU seconds so far: (this thread: the event loop, every other live thread: the store's
-    database thread). Apart, they show which side of the store a cost is on."""
+    driver threads). Apart, they show which side of the store a cost is on."""
     others = 0.0
     for thread in threading.enumerate():
         if thread is threading.current_thread() or thread.ident is None:

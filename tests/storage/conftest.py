@@ -1,7 +1,4 @@
-"""Fixtures for the store's tests: a store on a real file, and a clock the test moves.
-
-`store` runs every contract test against each SQLite implementation (today's database thread
-and the aiosqlite one that replaces it), so the two cannot drift while both exist."""
+"""Fixtures for the store's tests: a store on a real file, and a clock the test moves."""
 
 from __future__ import annotations
 
@@ -11,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from storage.sqlite import SqliteStore
-from storage.sqlite_aio import AioSqliteStore
 
 
 class FakeClock:
@@ -37,13 +33,7 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "teammate.db"
 
 
-SQLITE_STORES = {"sqlite-thread": SqliteStore, "sqlite-aio": AioSqliteStore}
-
-
-@pytest.fixture(params=sorted(SQLITE_STORES))
-async def store(
-    request: pytest.FixtureRequest, db_path: Path, clock: FakeClock
-) -> AsyncIterator[SqliteStore]:
-    opening = SQLITE_STORES[request.param].open(db_path, clock=clock)
-    async with opening as opened:
-        yield opened  # type: ignore[misc]  # either store: the contract is the same
+@pytest.fixture
+async def store(db_path: Path, clock: FakeClock) -> AsyncIterator[SqliteStore]:
+    async with SqliteStore.open(db_path, clock=clock) as opened:
+        yield opened

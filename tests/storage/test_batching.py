@@ -1,4 +1,4 @@
-"""The aiosqlite store's batching: a call alone is one autocommit statement; calls made
+"""The SQLite store's batching: a call alone is one autocommit statement; calls made
 meanwhile run as one transaction of a fixed number of statements; savepoints appear only when
 a failed batch is retried, to undo the failing call alone.
 
@@ -22,16 +22,10 @@ import pytest
 
 from core.messages import UserMessage
 from storage.batching import Batcher, Op
-from storage.sqlite_aio import AioSqliteStore, _SqliteTransactions
-from tests.storage.conftest import FakeClock
+from storage.sqlite import SqliteStore
+from storage.sqlite_ops import SqliteTransactions
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-async def store(db_path: Path, clock: FakeClock) -> AsyncIterator[AioSqliteStore]:
-    async with AioSqliteStore.open(db_path, clock=clock) as opened:
-        yield opened
 
 
 async def traced(db: aiosqlite.Connection) -> list[str]:
@@ -52,7 +46,7 @@ async def together(*calls: Callable[[], Awaitable[T]]) -> list[T | BaseException
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def test_a_lone_write_is_one_autocommit_statement(store: AioSqliteStore) -> None:
+async def test_a_lone_write_is_one_autocommit_statement(store: SqliteStore) -> None:
     conversation = await store.get_or_create_conversation("k", channel_key="c")
     accepted = await store.accept_delivery(
         "k", UserMessage(content="hi"), channel_key="c", delivery_id="d1"
@@ -72,7 +66,7 @@ async def test_a_lone_write_is_one_autocommit_statement(store: AioSqliteStore) -
 
 @pytest.mark.parametrize("size", [20, 200])
 async def test_a_batch_is_a_fixed_number_of_statements_whatever_its_size(
-    store: AioSqliteStore, size: int
+    store: SqliteStore, size: int
 ) -> None:
     ids = [
         (await store.get_or_create_conversation(f"k{n}", channel_key="c")).id for n in range(size)
@@ -97,7 +91,7 @@ async def test_a_batch_is_a_fixed_number_of_statements_whatever_its_size(
 
 
 async def test_an_unknown_id_in_a_batch_fails_its_call_alone_without_a_retry(
-    store: AioSqliteStore,
+    store: SqliteStore,
 ) -> None:
     ids = [(await store.get_or_create_conversation(f"k{n}", channel_key="c")).id for n in range(5)]
     statements = await traced(store._writer)
@@ -139,7 +133,7 @@ INSERT: Op[aiosqlite.Connection, int, int] = Op(
 async def test_a_failing_statement_is_isolated_by_savepoints_when_its_batch_is_retried(
     raw_db: aiosqlite.Connection, db_path: Path
 ) -> None:
-    batcher = Batcher(raw_db, _SqliteTransactions())
+    batcher = Batcher(raw_db, SqliteTransactions())
     statements = await traced(raw_db)
 
     results = await together(*(lambda x=x: batcher.submit(INSERT, x) for x in [0, 1, 2, -3, 4, 5]))
@@ -157,7 +151,7 @@ async def test_a_failing_statement_is_isolated_by_savepoints_when_its_batch_is_r
 
 
 async def test_a_failed_commit_fails_every_call_of_the_batch(
-    store: AioSqliteStore, db_path: Path
+    store: SqliteStore, db_path: Path
 ) -> None:
     conversation = await store.get_or_create_conversation("k", channel_key="c")
 
@@ -185,7 +179,7 @@ async def test_a_failed_commit_fails_every_call_of_the_batch(
 
 
 async def test_writes_return_only_once_another_connection_can_see_them(
-    store: AioSqliteStore, db_path: Path
+    store: SqliteStore, db_path: Path
 ) -> None:
     conversation = await store.get_or_create_conversation("k", channel_key="c")
     with closing(sqlite3.connect(db_path, isolation_level=None)) as raw:
@@ -204,7 +198,7 @@ async def test_writes_return_only_once_another_connection_can_see_them(
 
 
 async def test_close_finishes_queued_calls_then_refuses_new_ones(db_path: Path) -> None:
-    store = await AioSqliteStore.open(db_path)
+    store = await SqliteStore.open(db_path)
     conversation = await store.get_or_create_conversation("k", channel_key="c")
     appends = [
         asyncio.ensure_future(store.append_message(conversation.id, UserMessage(content=str(n))))
@@ -224,7 +218,7 @@ def driver_threads() -> int:
 
 async def test_a_forgotten_store_stops_its_threads(db_path: Path) -> None:
     before = driver_threads()
-    store = await AioSqliteStore.open(db_path)
+    store = await SqliteStore.open(db_path)
     await store.claim_delivery("e1")
     assert driver_threads() == before + 2  # the writer's and the reader's
     del store
@@ -234,13 +228,11 @@ async def test_a_forgotten_store_stops_its_threads(db_path: Path) -> None:
             break
         await asyncio.sleep(0.05)
     assert driver_threads() == before
-    async with AioSqliteStore.open(db_path) as again:
+    async with SqliteStore.open(db_path) as again:
         assert await again.claim_delivery("e1") is False
 
 
-async def test_the_stores_triggers_never_reach_the_file(
-    store: AioSqliteStore, db_path: Path
-) -> None:
+async def test_the_stores_triggers_never_reach_the_file(store: SqliteStore, db_path: Path) -> None:
     await store.get_or_create_conversation("k", channel_key="c")
     with closing(sqlite3.connect(db_path)) as other:
         schema = other.execute("SELECT type, name FROM sqlite_master").fetchall()

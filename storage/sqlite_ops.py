@@ -1,28 +1,26 @@
-"""The SQLite backend of `ConversationStore` on aiosqlite, with set-oriented batches.
+"""The SQL of the SQLite store's writes, alone and in set-oriented batches, on aiosqlite.
 
-Owns: the SQL behind every store method, the connections' pragmas, and opening a file
-(checks, then migrations). When calls run alone and when together is `storage.batching`;
-mapping rows to records is `sqlite_rows`.
+Owns: each write as a `storage.batching.Op` (its statements alone, and for many calls at
+once), the reads the runner makes many at once (loads, channel configuration), and the
+writer connection's TEMP tables and triggers that let one statement do a whole call.
+`storage/sqlite.py` owns the store, its connections and opening a file; `sqlite_rows` turns
+rows into records.
 
-How it stays correct and fast (docs/architecture.md, "Storage"):
-- Two connections on one file (WAL): a writer, and a reader for every read. A read never
-  waits for a write batch and sees exactly what was committed before it was issued. (An
-  in-memory database has one connection: its reads queue with the writes.)
-- Every write goes through the batcher. A call alone is one round trip to the driver's
-  thread: one autocommit statement where the method is one statement (an append, a claim, a
-  finish, a usage entry...), else its statements between BEGIN IMMEDIATE and COMMIT. Calls
-  made meanwhile run as one batch whose statement count does not grow with the calls:
-  lookups through `json_each`, `executemany`, `INSERT ... RETURNING`.
-- Appending is ONE statement: `INSERT INTO messages ... SELECT last_seq + 1 FROM
-  conversations`, and a TEMP trigger of the writer's connection (nothing in the file) moves
-  `conversations.last_seq` with each insert. No `COUNT(*)`, no scan: message 10,000 costs
-  what message 10 does.
-- WAL with `synchronous=NORMAL`: once a method returns, its data survives the process dying
-  at any moment; only an OS crash can lose the last commits (never corrupt the file).
-- Messages are parsed on the driver's thread while rows are fetched (an SQLite converter
-  named by the column), not on the event loop.
+How a call stays one statement (docs/architecture.md, "Storage"):
+- Appending is `INSERT INTO messages ... SELECT last_seq + 1 FROM conversations`; a TEMP
+  trigger moves `conversations.last_seq` with each insert: no `COUNT(*)`, no scan, so message
+  10,000 costs what message 10 does.
+- Accepting is one `INSERT INTO teammate_accept ... RETURNING` (a TEMP table whose BEFORE
+  trigger claims, creates, backfills and queues); delivering is one `UPDATE inbox` (a TEMP trigger
+  appends the message at the seq it takes). The TEMP objects live in the connection, never in
+  the file: another program sees the plain schema.
+- A batch's statements do not grow with its calls (`json_each` lookups, `executemany`,
+  `RETURNING`), and those that do not need each other's results are handed to the driver
+  together (`_together`): one round trip.
+- Messages are parsed on the driver's thread as rows are fetched (an SQLite converter named
+  by the column), not on the event loop.
 
-Must not: import `tools` or `bots`; return rows (callers get `core` messages and records).
+Must not: open connections or transactions of its own; import `tools` or `bots`.
 """
 
 from __future__ import annotations
@@ -30,57 +28,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import itertools
 import json
 import sqlite3
-import time
-import weakref
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
 
-from core.messages import Message, Usage, UserMessage, dump_message, load_message
+from core.messages import Message, Usage, UserMessage, load_message
 from storage import sqlite_rows as rows
 from storage.base import (
     Accepted,
     Compaction,
     Conversation,
-    ConversationStore,
     FeedbackTally,
     InboxItem,
     LoadedConversation,
-    RunOutcome,
     RunRecord,
-    SchemaError,
     StoredMessage,
-    UsageSummary,
     Vote,
 )
-from storage.batching import Batcher, Op
-from storage.migrations import (
-    MIGRATIONS,
-    Migration,
-    inspect,
-    integrity_problems,
-    migrate,
-    refuse_damaged,
-)
+from storage.batching import Op
 
 T = TypeVar("T")
-Clock = Callable[[], float]
 Db = aiosqlite.Connection
 
 # A column named `"x [teammate_message]"` is parsed into a `Message` as it is fetched.
 sqlite3.register_converter("teammate_message", load_message)
 
-# How many accepted, not yet delivered messages a store keeps in memory (see `_accepted`).
-_ACCEPTED_KEPT = 4096
-
-_LAST_SEQ_TRIGGER = (
+LAST_SEQ_TRIGGER = (
     "CREATE TEMP TRIGGER IF NOT EXISTS teammate_last_seq AFTER INSERT ON main.messages BEGIN "
     "UPDATE conversations SET last_seq = NEW.seq, updated_at = NEW.created_at "
     "WHERE id = NEW.conversation_id AND last_seq < NEW.seq; END"
@@ -90,18 +67,18 @@ _FROM_JSON = (
     "json_extract({0}, '$.role'), json_extract({0}, '$.author.id'), "
     "json_extract({0}, '$.author.name'), json_extract({0}, '$.platform_message_id')"
 )
-# Accepting a delivery is ONE statement, `INSERT INTO teammate_accept` (one row per call), so
-# a call alone is one autocommit statement and a batch of them is one statement too. Per row:
-# a repeat (any id claimed before, by another call or an earlier row) is skipped whole; else
-# the ids are claimed, the conversation made if missing, the backfill stored if nothing was
-# ever said there, the message queued; the outcome waits in `teammate_accepted` by request.
-_ACCEPT_SETUP = [
-    "CREATE TEMP VIEW IF NOT EXISTS teammate_accept (request, conversation_key, channel_key, "
-    "title, claims, delivery_id, body, surface_ref, received_at, backfill) AS SELECT NULL, "
-    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0",
+# Accepting a delivery is ONE statement, `INSERT INTO teammate_accept ... RETURNING` (one row
+# per call), so a call alone is one autocommit statement and a batch of them is one statement
+# too. Per row, a BEFORE trigger: a repeat (any id claimed before, by another call or an
+# earlier row) is skipped whole (no row returned); else the ids are claimed, the conversation
+# made if missing, the backfill stored if nothing was ever said there, the message queued, and
+# the outcome noted in `teammate_accepted` for the RETURNING clause to read.
+ACCEPT_SETUP = [
+    "CREATE TEMP TABLE IF NOT EXISTS teammate_accept (request INTEGER, conversation_key, "
+    "channel_key, title, claims, delivery_id, body, surface_ref, received_at, backfill)",
     "CREATE TEMP TABLE IF NOT EXISTS teammate_accepted "
     "(request INTEGER PRIMARY KEY, conversation_id INTEGER, created INTEGER, item_id INTEGER)",
-    "CREATE TEMP TRIGGER IF NOT EXISTS teammate_accept_one INSTEAD OF INSERT ON teammate_accept "
+    "CREATE TEMP TRIGGER IF NOT EXISTS teammate_accept_one BEFORE INSERT ON teammate_accept "
     "BEGIN "
     "SELECT RAISE(IGNORE) WHERE EXISTS (SELECT 1 FROM deliveries "
     "WHERE id IN (SELECT value FROM json_each(NEW.claims))); "
@@ -124,10 +101,14 @@ _ACCEPT_SETUP = [
     "FROM teammate_accepted WHERE request = NEW.request; "
     "UPDATE teammate_accepted SET item_id = last_insert_rowid() WHERE request = NEW.request; "
     "END",
+    # The statement's RETURNING has read the outcome by then: nothing is kept.
+    "CREATE TEMP TRIGGER IF NOT EXISTS teammate_accept_done AFTER INSERT ON teammate_accept "
+    "BEGIN DELETE FROM teammate_accept WHERE rowid = NEW.rowid; "
+    "DELETE FROM teammate_accepted WHERE request = NEW.request; END",
 ]
 # Delivering an inbox item is marking it delivered at its seq: the message enters history in
 # the same statement.
-_DELIVER_TRIGGER = (
+DELIVER_TRIGGER = (
     "CREATE TEMP TRIGGER IF NOT EXISTS teammate_deliver AFTER UPDATE OF state ON main.inbox "
     "WHEN OLD.state = 'pending' AND NEW.state = 'delivered' BEGIN "
     "INSERT INTO messages (conversation_id, seq, role, author_id, author_name, "
@@ -159,7 +140,7 @@ _RECORD_USAGE = (
 )
 # A run as `sqlite_rows.run_record` reads it; a running run's usage is its ledger so far, a
 # finished one's was totalled at finish. Usable in SELECT ... FROM runs and in RETURNING.
-_RUN_FIELDS = ", ".join(
+RUN_FIELDS = ", ".join(
     [
         "runs.id, runs.conversation_id",
         "(SELECT key FROM conversations WHERE conversations.id = runs.conversation_id)",
@@ -216,7 +197,7 @@ def _message_row(
     )
 
 
-async def _fetchall(db: Db, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+async def fetchall(db: Db, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """One statement, its rows: one round trip."""
     return list(await db.execute_fetchall(sql, params))
 
@@ -233,13 +214,13 @@ async def _together(*steps: Awaitable[Any]) -> list[Any]:
     return results
 
 
-async def _fetchone(db: Db, sql: str, params: Sequence[Any] = ()) -> Any:
-    found = await _fetchall(db, sql, params)
+async def fetchone(db: Db, sql: str, params: Sequence[Any] = ()) -> Any:
+    found = await fetchall(db, sql, params)
     return found[0] if found else None
 
 
 async def _conversation_last_seqs(db: Db, conversation_ids: Iterable[int]) -> dict[int, int]:
-    found = await _fetchall(
+    found = await fetchall(
         db,
         "SELECT id, last_seq FROM conversations WHERE id IN (SELECT value FROM json_each(?))",
         (_ids(set(conversation_ids)),),
@@ -250,7 +231,7 @@ async def _conversation_last_seqs(db: Db, conversation_ids: Iterable[int]) -> di
 async def _known_runs(db: Db, run_ids: set[int]) -> set[int]:
     if not run_ids:
         return set()
-    found = await _fetchall(
+    found = await fetchall(
         db, "SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?))", (_ids(run_ids),)
     )
     return {int(row[0]) for row in found}
@@ -270,7 +251,7 @@ def _one_of(
     return one
 
 
-class _SqliteTransactions:
+class SqliteTransactions:
     """The batcher's transaction statements, on SQLite."""
 
     async def begin(self, db: Db) -> None:
@@ -300,7 +281,7 @@ class _SqliteTransactions:
 
 
 @dataclass(frozen=True, slots=True)
-class _Append:
+class AppendCall:
     conversation_id: int
     message: Message
     body_json: str
@@ -310,8 +291,8 @@ class _Append:
     now: float
 
 
-async def _append_lone(db: Db, call: _Append) -> StoredMessage:
-    found = await _fetchone(
+async def _append_lone(db: Db, call: AppendCall) -> StoredMessage:
+    found = await fetchone(
         db,
         _APPEND_MESSAGE,
         (
@@ -324,7 +305,7 @@ async def _append_lone(db: Db, call: _Append) -> StoredMessage:
     return StoredMessage(seq=int(found[0]), message=call.message)
 
 
-async def _append_many(db: Db, calls: list[_Append]) -> list[StoredMessage | Exception]:
+async def _append_many(db: Db, calls: list[AppendCall]) -> list[StoredMessage | Exception]:
     # One round trip: the ledger entries, the messages (each INSERT takes the next seq; one
     # whose run is unknown is not inserted), then the lookups that tell which went in.
     ledger = [_usage_row(c.run_id, c.usage, c.model, c.now) for c in calls if c.usage]
@@ -349,7 +330,7 @@ async def _append_many(db: Db, calls: list[_Append]) -> list[StoredMessage | Exc
     steps.append(_conversation_last_seqs(db, {c.conversation_id for c in calls}))
     steps.append(_known_runs(db, run_ids))
     *_writes, last_seq, runs = await _together(*steps)
-    went_in: dict[int, list[_Append]] = {}
+    went_in: dict[int, list[AppendCall]] = {}
     for c in calls:
         if c.conversation_id in last_seq and (c.usage is None or c.run_id in runs):
             went_in.setdefault(c.conversation_id, []).append(c)
@@ -381,23 +362,23 @@ def _usage_row(run_id: int | None, usage: Usage, model: str | None, now: float) 
     )
 
 
-APPEND: Op[Db, _Append, StoredMessage] = Op(
+APPEND: Op[Db, AppendCall, StoredMessage] = Op(
     "append_message", one=_one_of(_append_many), lone=_append_lone, many=_append_many
 )
-APPEND_CHARGED: Op[Db, _Append, StoredMessage] = Op(
+APPEND_CHARGED: Op[Db, AppendCall, StoredMessage] = Op(
     "append_message+usage", one=_one_of(_append_many), many=_append_many
 )
 
 
 @dataclass(frozen=True, slots=True)
-class _Usage:
+class UsageCall:
     run_id: int
     usage: Usage
     model: str | None
     now: float
 
 
-async def _usage_lone(db: Db, call: _Usage) -> None:
+async def _usage_lone(db: Db, call: UsageCall) -> None:
     cursor = await db.execute(
         _RECORD_USAGE, _usage_row(call.run_id, call.usage, call.model, call.now)
     )
@@ -405,7 +386,7 @@ async def _usage_lone(db: Db, call: _Usage) -> None:
         raise KeyError(f"no run with id {call.run_id}")
 
 
-async def _usage_many(db: Db, calls: list[_Usage]) -> list[Exception | None]:
+async def _usage_many(db: Db, calls: list[UsageCall]) -> list[Exception | None]:
     runs = await _known_runs(db, {c.run_id for c in calls})
     known = [c for c in calls if c.run_id in runs]
     if known:
@@ -415,13 +396,13 @@ async def _usage_many(db: Db, calls: list[_Usage]) -> list[Exception | None]:
     return [None if c.run_id in runs else KeyError(f"no run with id {c.run_id}") for c in calls]
 
 
-RECORD_USAGE: Op[Db, _Usage, None] = Op(
+RECORD_USAGE: Op[Db, UsageCall, None] = Op(
     "record_usage", one=_usage_lone, lone=_usage_lone, many=_usage_many
 )
 
 
 async def _claim_lone(db: Db, call: tuple[str, float]) -> bool:
-    found = await _fetchall(
+    found = await fetchall(
         db,
         "INSERT INTO deliveries (id, claimed_at) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING 1",
         call,
@@ -432,7 +413,7 @@ async def _claim_lone(db: Db, call: tuple[str, float]) -> bool:
 async def _claim_many(db: Db, calls: list[tuple[str, float]]) -> list[bool]:
     claimed = {
         str(row[0])
-        for row in await _fetchall(
+        for row in await fetchall(
             db,
             "INSERT INTO deliveries (id, claimed_at) SELECT json_extract(value, '$[0]'), "
             "json_extract(value, '$[1]') FROM json_each(?) WHERE true ON CONFLICT DO NOTHING "
@@ -464,7 +445,7 @@ async def _conversations_many(
             "ON CONFLICT (key) DO NOTHING",
             (_ids(calls),),
         ),
-        _fetchall(
+        fetchall(
             db,
             f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations "
             "WHERE key IN (SELECT json_extract(value, '$[0]') FROM json_each(?))",
@@ -477,7 +458,7 @@ async def _conversations_many(
 
 async def _conversation_lone(db: Db, call: tuple[str, str, str | None, float]) -> Conversation:
     key, channel_key, title, now = call
-    row = await _fetchone(db, _UPSERT_CONVERSATION, (key, channel_key, title, now, now))
+    row = await fetchone(db, _UPSERT_CONVERSATION, (key, channel_key, title, now, now))
     return rows.conversation_from(row)
 
 
@@ -493,7 +474,7 @@ GET_OR_CREATE: Op[Db, tuple[str, str, str | None, float], Conversation] = Op(
 
 
 @dataclass(frozen=True, slots=True)
-class _Delivery:
+class Delivery:
     conversation_id: int
     item_ids: list[int]
     known: dict[int, Message]  # messages this store still holds: not parsed again
@@ -513,19 +494,19 @@ _INBOX_STATE = (
 )
 
 
-def _delivery_rows(delivery: _Delivery, run_id: int | None, now: float) -> list[tuple[Any, ...]]:
+def _delivery_rows(delivery: Delivery, run_id: int | None, now: float) -> list[tuple[Any, ...]]:
     cid, ids = delivery.conversation_id, delivery.item_ids
     everyone = (_ids(ids), cid, len(set(ids)))
     return [(now, run_id, item_id, cid, *everyone) for item_id in ids]
 
 
 async def _inbox_state(db: Db, item_ids: set[int]) -> dict[int, tuple[int, str, str | None, Any]]:
-    found = await _fetchall(db, _INBOX_STATE, (_ids(item_ids),)) if item_ids else []
+    found = await fetchall(db, _INBOX_STATE, (_ids(item_ids),)) if item_ids else []
     return {int(row[0]): (int(row[1]), str(row[2]), row[3], row[4]) for row in found}
 
 
 def _refusal(
-    delivery: _Delivery, before: dict[int, tuple[int, str, str | None, Any]]
+    delivery: Delivery, before: dict[int, tuple[int, str, str | None, Any]]
 ) -> KeyError | None:
     """Why a delivery writes nothing: an item that is not its conversation's."""
     cid = delivery.conversation_id
@@ -534,7 +515,7 @@ def _refusal(
 
 
 def _delivered(
-    deliveries: list[_Delivery],
+    deliveries: list[Delivery],
     before: dict[int, tuple[int, str, str | None, Any]],
     after: dict[int, tuple[int, str, str | None, Any]],
 ) -> list[list[StoredMessage] | KeyError]:
@@ -563,13 +544,13 @@ def _delivered(
 
 
 @dataclass(frozen=True, slots=True)
-class _Deliver:
-    delivery: _Delivery
+class DeliverCall:
+    delivery: Delivery
     run_id: int | None
     now: float
 
 
-async def _deliver_many(db: Db, calls: list[_Deliver]) -> list[list[StoredMessage] | Exception]:
+async def _deliver_many(db: Db, calls: list[DeliverCall]) -> list[list[StoredMessage] | Exception]:
     # One round trip: the items before, every item delivered in its turn, the items after.
     wanted = {item for c in calls for item in c.delivery.item_ids}
     rows_ = [row for c in calls for row in _delivery_rows(c.delivery, c.run_id, c.now)]
@@ -579,11 +560,11 @@ async def _deliver_many(db: Db, calls: list[_Deliver]) -> list[list[StoredMessag
     return list(_delivered([c.delivery for c in calls], before, after))
 
 
-async def _deliver_lone(db: Db, call: _Deliver) -> list[StoredMessage]:
+async def _deliver_lone(db: Db, call: DeliverCall) -> list[StoredMessage]:
     """One item whose message this store holds: ONE statement (the trigger appends it)."""
     [(item_id, message)] = call.delivery.known.items()
     cid = call.delivery.conversation_id
-    found = await _fetchone(
+    found = await fetchone(
         db,
         "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = ?, run_id = ?, "
         "seq = (SELECT last_seq + 1 FROM conversations WHERE id = inbox.conversation_id) "
@@ -593,30 +574,30 @@ async def _deliver_lone(db: Db, call: _Deliver) -> list[StoredMessage]:
     if found is not None:
         return [StoredMessage(seq=int(found[0]), message=message)]
     # Settled before (nothing to do), or not this conversation's.
-    if await _fetchone(
+    if await fetchone(
         db, "SELECT 1 FROM inbox WHERE id = ? AND conversation_id = ?", (item_id, cid)
     ):
         return []
     raise KeyError(f"no inbox item {item_id} in conversation {cid}")
 
 
-DELIVER: Op[Db, _Deliver, list[StoredMessage]] = Op(
+DELIVER: Op[Db, DeliverCall, list[StoredMessage]] = Op(
     "deliver", one=_one_of(_deliver_many), many=_deliver_many
 )
-DELIVER_KNOWN_ONE: Op[Db, _Deliver, list[StoredMessage]] = Op(
+DELIVER_KNOWN_ONE: Op[Db, DeliverCall, list[StoredMessage]] = Op(
     "deliver one", one=_one_of(_deliver_many), lone=_deliver_lone, many=_deliver_many
 )
 
 
 @dataclass(frozen=True, slots=True)
-class _StartRun:
+class StartRunCall:
     conversation_id: int
     user_id: str | None
     channel_key: str | None
     model: str | None
     surface_json: str
     owner_json: str
-    delivery: _Delivery
+    delivery: Delivery
     now: float
 
 
@@ -628,7 +609,7 @@ _RUN_COLUMNS_INSERTED = (
 )
 
 
-def _started(call: _StartRun, run_id: int, key: str, channel_key: str) -> RunRecord:
+def _started(call: StartRunCall, run_id: int, key: str, channel_key: str) -> RunRecord:
     # A new run has no ledger entries yet: its usage is zero without asking.
     return RunRecord(
         id=run_id,
@@ -647,7 +628,7 @@ def _started(call: _StartRun, run_id: int, key: str, channel_key: str) -> RunRec
     )
 
 
-def _run_params(call: _StartRun) -> tuple[Any, ...]:
+def _run_params(call: StartRunCall) -> tuple[Any, ...]:
     return (
         call.now,
         call.user_id,
@@ -659,8 +640,8 @@ def _run_params(call: _StartRun) -> tuple[Any, ...]:
     )
 
 
-async def _start_run_lone(db: Db, call: _StartRun) -> RunRecord:
-    row = await _fetchone(
+async def _start_run_lone(db: Db, call: StartRunCall) -> RunRecord:
+    row = await fetchone(
         db,
         f"INSERT INTO runs ({_RUN_COLUMNS_INSERTED}) {_INSERT_RUN_SELECT} RETURNING id, "
         "channel_key, (SELECT key FROM conversations WHERE conversations.id = conversation_id)",
@@ -671,7 +652,7 @@ async def _start_run_lone(db: Db, call: _StartRun) -> RunRecord:
     return _started(call, int(row[0]), str(row[2]), str(row[1]))
 
 
-async def _start_run_many(db: Db, calls: list[_StartRun]) -> list[RunRecord | Exception]:
+async def _start_run_many(db: Db, calls: list[StartRunCall]) -> list[RunRecord | Exception]:
     # Round trip 1: the lookups, and every run whose conversation and items are all known
     # (one INSERT; ids grow in insertion order, the calls' order). Round trip 2: deliveries.
     wanted = {item for c in calls for item in c.delivery.item_ids}
@@ -679,14 +660,14 @@ async def _start_run_many(db: Db, calls: list[_StartRun]) -> list[RunRecord | Ex
         [*_run_params(c), _ids(c.delivery.item_ids), len(set(c.delivery.item_ids))] for c in calls
     )
     found, before, inserted = await _together(
-        _fetchall(
+        fetchall(
             db,
             "SELECT id, key, channel_key FROM conversations "
             "WHERE id IN (SELECT value FROM json_each(?))",
             (_ids({c.conversation_id for c in calls}),),
         ),
         _inbox_state(db, wanted),
-        _fetchall(
+        fetchall(
             db,
             f"INSERT INTO runs ({_RUN_COLUMNS_INSERTED}) "
             "SELECT c.id, 'running', json_extract(j.value, '$[0]'), "
@@ -729,26 +710,26 @@ async def _start_run_many(db: Db, calls: list[_StartRun]) -> list[RunRecord | Ex
     return outcomes
 
 
-START_RUN: Op[Db, _StartRun, RunRecord] = Op(
+START_RUN: Op[Db, StartRunCall, RunRecord] = Op(
     "start_run", one=_one_of(_start_run_many), lone=_start_run_lone, many=_start_run_many
 )
-START_RUN_DELIVERING: Op[Db, _StartRun, RunRecord] = Op(
+START_RUN_DELIVERING: Op[Db, StartRunCall, RunRecord] = Op(
     "start_run+deliver", one=_one_of(_start_run_many), many=_start_run_many
 )
 
 
 async def _finish_lone(db: Db, call: tuple[int, str, str | None, float]) -> RunRecord:
     run_id, outcome, error, now = call
-    row = await _fetchone(
+    row = await fetchone(
         db,
         "UPDATE runs SET outcome = ?, error = ?, finished_at = ?, "
         "(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
         f"= (SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE run_id = runs.id) "
-        f"WHERE id = ? AND outcome = 'running' RETURNING {_RUN_FIELDS}",
+        f"WHERE id = ? AND outcome = 'running' RETURNING {RUN_FIELDS}",
         (outcome, error, now, run_id),
     )
     if row is None:  # finished before (the first finish wins), or unknown
-        row = await _fetchone(db, f"SELECT {_RUN_FIELDS} FROM runs WHERE id = ?", (run_id,))
+        row = await fetchone(db, f"SELECT {RUN_FIELDS} FROM runs WHERE id = ?", (run_id,))
         if row is None:
             raise KeyError(f"no run with id {run_id}")
     return rows.run_record(row)
@@ -771,9 +752,9 @@ async def _finish_many(
             "AND runs.outcome = 'running'",
             (_ids(first.values()),),
         ),
-        _fetchall(
+        fetchall(
             db,
-            f"SELECT {_RUN_FIELDS} FROM runs WHERE id IN (SELECT value FROM json_each(?))",
+            f"SELECT {RUN_FIELDS} FROM runs WHERE id IN (SELECT value FROM json_each(?))",
             (_ids(first),),
         ),
     )
@@ -790,7 +771,7 @@ FINISH_RUN: Op[Db, tuple[int, str, str | None, float], RunRecord] = Op(
 
 
 @dataclass(frozen=True, slots=True)
-class _Accept:
+class AcceptCall:
     request: int  # unique per store: finds this call's outcome
     key: str
     channel_key: str
@@ -804,20 +785,22 @@ class _Accept:
     now: float
 
 
+_ACCEPT_OUTCOME = (
+    "RETURNING request, (SELECT json_array(a.created, a.item_id, c.id, c.key, c.channel_key, "
+    "c.title, c.settings, c.created_at, c.updated_at) FROM teammate_accepted a "
+    "JOIN conversations c ON c.id = a.conversation_id WHERE a.request = teammate_accept.request)"
+)
+_ACCEPT_ONE = f"INSERT INTO teammate_accept VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {_ACCEPT_OUTCOME}"
 _ACCEPT_ROWS = (
     "INSERT INTO teammate_accept SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
     "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), "
     "json_extract(value, '$[5]'), json_extract(value, '$[6]'), json_extract(value, '$[7]'), "
-    "json_extract(value, '$[8]'), json_extract(value, '$[9]') FROM json_each(?) ORDER BY key"
-)
-_ACCEPTED = (
-    "DELETE FROM teammate_accepted RETURNING request, created, item_id, "
-    "(SELECT json_array(id, key, channel_key, title, settings, created_at, updated_at) "
-    "FROM conversations WHERE id = conversation_id)"
+    f"json_extract(value, '$[8]'), json_extract(value, '$[9]') FROM json_each(?) ORDER BY key "
+    f"{_ACCEPT_OUTCOME}"
 )
 
 
-def _accept_row(call: _Accept) -> list[Any]:
+def _accept_row(call: AcceptCall) -> list[Any]:
     return [
         call.request,
         call.key,
@@ -832,46 +815,37 @@ def _accept_row(call: _Accept) -> list[Any]:
     ]
 
 
-async def _accept_lone(db: Db, call: _Accept) -> Accepted | None:
-    # The accept is the first statement (one autocommit write); the second only reads and
-    # clears its outcome from this connection's TEMP table.
-    _inserted, accepted = await _together(
-        db.execute(
-            "INSERT INTO teammate_accept VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _accept_row(call)
-        ),
-        _accepted(db, [call]),
-    )
-    return accepted[0]  # type: ignore[no-any-return]
+async def _accept_lone(db: Db, call: AcceptCall) -> Accepted | None:
+    return _accepted([call], await fetchall(db, _ACCEPT_ONE, _accept_row(call)))[0]
 
 
-async def _accept_many(db: Db, calls: list[_Accept]) -> list[Accepted | None]:
-    _inserted, accepted = await _together(
-        db.execute(_ACCEPT_ROWS, (_ids(_accept_row(c) for c in calls),)), _accepted(db, calls)
-    )
-    return accepted  # type: ignore[no-any-return]
+async def _accept_many(db: Db, calls: list[AcceptCall]) -> list[Accepted | None]:
+    found = await fetchall(db, _ACCEPT_ROWS, (_ids(_accept_row(c) for c in calls),))
+    return _accepted(calls, found)
 
 
-async def _accepted(db: Db, calls: list[_Accept]) -> list[Accepted | None]:
-    outcomes = {int(row[0]): row for row in await _fetchall(db, _ACCEPTED)}
+def _accepted(calls: list[AcceptCall], found: list[Any]) -> list[Accepted | None]:
+    """Each call's outcome from the rows returned (a repeat returned none)."""
+    outcomes = {int(row[0]): json.loads(row[1]) for row in found}
     results: list[Accepted | None] = []
     for call in calls:
-        row = outcomes.get(call.request)
-        if row is None:  # a repeat: the trigger skipped it
+        fields = outcomes.get(call.request)
+        if fields is None:
             results.append(None)
             continue
-        conversation = rows.conversation_from(json.loads(row[3]))
+        conversation = rows.conversation_from(fields[2:])
         item = InboxItem(
-            id=int(row[2]),
+            id=int(fields[1]),
             conversation_id=conversation.id,
             message=call.message,
             surface_ref=json.loads(call.ref_json),
             received_at=call.now,
         )
-        results.append(Accepted(conversation=conversation, item=item, created=bool(row[1])))
+        results.append(Accepted(conversation=conversation, item=item, created=bool(fields[0])))
     return results
 
 
-ACCEPT: Op[Db, _Accept, Accepted | None] = Op(
+ACCEPT: Op[Db, AcceptCall, Accepted | None] = Op(
     "accept_delivery", one=_one_of(_accept_many), lone=_accept_lone, many=_accept_many
 )
 
@@ -882,7 +856,7 @@ ACCEPT: Op[Db, _Accept, Accepted | None] = Op(
 async def _update_conversation(
     db: Db, call: tuple[str | None, str | None, float, int]
 ) -> Conversation:
-    row = await _fetchone(
+    row = await fetchone(
         db,
         "UPDATE conversations SET title = COALESCE(?, title), settings = COALESCE(?, settings), "
         f"updated_at = ? WHERE id = ? RETURNING {rows.CONVERSATION_COLUMNS}",
@@ -910,7 +884,7 @@ async def _drop(db: Db, call: tuple[int, list[int], str, float]) -> None:
     conversation_id, item_ids, reason, now = call
     found = {
         int(row[0])
-        for row in await _fetchall(
+        for row in await fetchall(
             db,
             "SELECT id FROM inbox WHERE conversation_id = ? "
             "AND id IN (SELECT value FROM json_each(?))",
@@ -931,8 +905,8 @@ DROP: Op[Db, tuple[int, list[int], str, float], None] = Op("drop", one=_drop)
 
 
 async def _surface_ref(db: Db, call: tuple[str, int]) -> RunRecord:
-    row = await _fetchone(
-        db, f"UPDATE runs SET surface_ref = ? WHERE id = ? RETURNING {_RUN_FIELDS}", call
+    row = await fetchone(
+        db, f"UPDATE runs SET surface_ref = ? WHERE id = ? RETURNING {RUN_FIELDS}", call
     )
     if row is None:
         raise KeyError(f"no run with id {call[1]}")
@@ -945,7 +919,7 @@ SURFACE_REF: Op[Db, tuple[str, int], RunRecord] = Op(
 
 
 @dataclass(frozen=True, slots=True)
-class _Compaction:
+class CompactionCall:
     conversation_id: int
     summary: str
     up_to_seq: int
@@ -953,8 +927,8 @@ class _Compaction:
     now: float
 
 
-async def _compaction(db: Db, call: _Compaction) -> Compaction:
-    row = await _fetchone(
+async def _compaction(db: Db, call: CompactionCall) -> Compaction:
+    row = await fetchone(
         db,
         "INSERT INTO compactions (conversation_id, summary, up_to_seq, details, created_at) "
         "SELECT id, ?, ?, ?, ? FROM conversations WHERE id = ? AND ? BETWEEN 1 AND last_seq "
@@ -969,7 +943,7 @@ async def _compaction(db: Db, call: _Compaction) -> Compaction:
         ),
     )
     if row is None:
-        found = await _fetchone(
+        found = await fetchone(
             db, "SELECT last_seq FROM conversations WHERE id = ?", (call.conversation_id,)
         )
         if found is None:
@@ -987,14 +961,14 @@ async def _compaction(db: Db, call: _Compaction) -> Compaction:
     )
 
 
-COMPACTION: Op[Db, _Compaction, Compaction] = Op(
+COMPACTION: Op[Db, CompactionCall, Compaction] = Op(
     "add_compaction", one=_compaction, lone=_compaction
 )
 
 
 async def _feedback(db: Db, call: tuple[int, str, Vote | None, float]) -> FeedbackTally:
     run_id, user_id, vote, now = call
-    if await _fetchone(db, "SELECT 1 FROM runs WHERE id = ?", (run_id,)) is None:
+    if await fetchone(db, "SELECT 1 FROM runs WHERE id = ?", (run_id,)) is None:
         raise KeyError(f"no run {run_id}")
     if vote is None:
         await db.execute(
@@ -1006,7 +980,7 @@ async def _feedback(db: Db, call: tuple[int, str, Vote | None, float]) -> Feedba
             "ON CONFLICT (run_id, user_id) DO UPDATE SET vote = excluded.vote, at = excluded.at",
             (run_id, user_id, vote, now),
         )
-    up, down = await _fetchone(
+    up, down = await fetchone(
         db,
         "SELECT COALESCE(SUM(vote = 'up'), 0), COALESCE(SUM(vote = 'down'), 0) "
         "FROM run_feedback WHERE run_id = ?",
@@ -1038,7 +1012,7 @@ CHANNEL_CONFIG: Op[Db, tuple[str, str, str | None, float], None] = Op(
 # --- reads: many at once where the runner makes many ----------------------------------------
 
 
-class _NoTransactions:
+class NoTransactions:
     """Reads need no transaction: each statement sees what was committed when it ran."""
 
     async def begin(self, db: Db) -> None:
@@ -1089,7 +1063,7 @@ _LOAD = (
     "LEFT JOIN compactions p ON p.id = k.kid "
     "UNION ALL SELECT m.conversation_id, m.seq, m.body, NULL FROM k JOIN messages m "
     "ON m.conversation_id = k.cid AND m.seq > "
-    "COALESCE((SELECT up_to_seq FROM compactions WHERE id = k.kid), 0) ORDER BY 1, 2"
+    "COALESCE((SELECT up_to_seq FROM compactions WHERE id = k.kid), 0)"
 )
 
 
@@ -1100,10 +1074,13 @@ async def _load_many(db: Db, conversation_ids: list[int]) -> list[LoadedConversa
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        found = await _fetchall(db, _LOAD, (_ids(conversation_ids),))
+        found = await fetchall(db, _LOAD, (_ids(conversation_ids),))
     finally:
         if was_enabled:
             gc.enable()
+    # By conversation, head first, then messages by seq (no ORDER BY: SQLite would sort every
+    # body; the rows arrive in order already, which is the cheapest input of a sort here).
+    found.sort(key=lambda row: (row[0], row[1]))
     heads: dict[int, tuple[Conversation, Compaction | None]] = {}
     messages: dict[int, list[StoredMessage]] = {}
     for cid, seq, message, head in found:
@@ -1137,7 +1114,7 @@ LOAD: Op[Db, int, LoadedConversation] = Op(
 
 
 async def _channel_configs(db: Db, keys: list[str]) -> list[dict[str, Any] | None]:
-    found = await _fetchall(
+    found = await fetchall(
         db,
         "SELECT channel_key, config FROM channel_config "
         "WHERE channel_key IN (SELECT value FROM json_each(?))",
@@ -1155,586 +1132,14 @@ CHANNEL_CONFIG_READ: Op[Db, str, dict[str, Any] | None] = Op(
 )
 
 
-# --- the store -------------------------------------------------------------------------------
-
-
-def _connect(path: str, busy_timeout_s: float, setup: Callable[[sqlite3.Connection], None]) -> Db:
-    """An aiosqlite connection whose sqlite3 connection runs `setup` on the driver's thread
-    as it is made (checks, pragmas, migrations: synchronous, as `storage.migrations` is)."""
-
-    class Connection(sqlite3.Connection):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            try:
-                setup(self)
-            except BaseException:
-                self.close()
-                raise
-
-    return aiosqlite.connect(
-        path,
-        timeout=busy_timeout_s,
-        isolation_level=None,  # autocommit: every transaction here is explicit
-        detect_types=sqlite3.PARSE_COLNAMES,
-        cached_statements=256,
-        factory=Connection,
-    )
-
-
-class AioSqliteStore:
-    """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
-
-        async with AioSqliteStore.open("teammate.db") as store: ...
-        store = await AioSqliteStore.open("teammate.db")  # then: await store.close()
-
-    Methods given an unknown conversation or run id raise `KeyError`.
-    """
-
-    def __init__(self, writer: Db, reader: Db | None, path: str, clock: Clock) -> None:
-        # Use `open()`: it checks the file, sets the pragmas, migrates and connects.
-        self._writer = writer
-        self._reader = reader  # None for ":memory:": reads queue with the writes
-        self._batcher: Batcher[Db] = Batcher(writer, _SqliteTransactions())
-        # Reads batch the same way on their own connection, with no transaction to open.
-        self._readers = None if reader is None else Batcher(reader, _NoTransactions())
-        self._path = path
-        self._clock = clock
-        self._closed = False
-        # Messages this process accepted and has not yet delivered or dropped, by inbox item id
-        # (with their conversation): `deliver` hands back the very object accepted instead of
-        # parsing it again. Bounded; a miss (a restart, eviction) parses the stored body.
-        self._accepted: dict[int, tuple[int, Message]] = {}
-        self._requests = itertools.count(1)
-        # Unclosed and forgotten: stop the drivers' threads instead of leaking them.
-        connections = [c for c in (writer, reader) if c is not None]
-        self._finalizer = weakref.finalize(self, _stop_all, connections)
-
-    @classmethod
-    def open(
-        cls,
-        path: str | Path,
-        *,
-        clock: Clock = time.time,
-        busy_timeout_s: float = 10.0,
-        migrations: Sequence[Migration] = MIGRATIONS,
-    ) -> _Opening:
-        """Open (creating or upgrading) the database at `path`; await it or `async with` it.
-
-        Raises `SchemaError` for a file that is not a Teammate database or was written by a
-        newer Teammate, and `DatabaseDamaged` (a `SchemaError`) for one with damaged pages;
-        such a file is left untouched. `":memory:"` gives a private, non-durable database.
-        """
-        return _Opening(cls._open(str(path), clock, busy_timeout_s, migrations))
-
-    @classmethod
-    async def _open(
-        cls, path: str, clock: Clock, busy_timeout_s: float, migrations: Sequence[Migration]
-    ) -> AioSqliteStore:
-        busy_ms = int(busy_timeout_s * 1000)
-
-        def setup_writer(db: sqlite3.Connection) -> None:
-            # Connection settings only; nothing is written before the file is recognised.
-            db.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
-            db.execute("PRAGMA foreign_keys = ON")
-            inspect(db, path, migrations)
-            refuse_damaged(db, path)
-            (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
-            if path != ":memory:" and str(mode).lower() != "wal":
-                raise SchemaError(f"{path}: could not switch to WAL mode (got {mode!r})")
-            db.execute("PRAGMA synchronous = NORMAL")
-            migrate(db, path, migrations)
-            # Per connection, never in the file: another Teammate sees the plain schema.
-            for statement in [_LAST_SEQ_TRIGGER, _DELIVER_TRIGGER, *_ACCEPT_SETUP]:
-                db.execute(statement)
-
-        def setup_reader(db: sqlite3.Connection) -> None:
-            db.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
-            db.execute("PRAGMA query_only = ON")  # this connection never writes
-
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        writer = await _connect(path, busy_timeout_s, setup_writer)
-        reader: Db | None = None
-        try:
-            if path != ":memory:":
-                reader = await _connect(path, busy_timeout_s, setup_reader)
-        except BaseException:
-            await writer.close()
-            raise
-        return cls(writer, reader, path, clock)
-
-    async def integrity_check(self) -> list[str]:
-        """Everything SQLite finds wrong with the file, indexes and foreign keys included
-        (`[]`: healthy). Reads the whole file: for `teammate doctor`, not for a busy bot."""
-        limit = 100
-
-        async def body(db: Db) -> list[str]:
-            try:
-                found = await _fetchall(db, f"PRAGMA integrity_check({limit:d})")
-                problems = [str(row[0]) for row in found if str(row[0]) != "ok"]
-                orphans = (await _fetchall(db, "PRAGMA foreign_key_check"))[:limit]
-            except sqlite3.DatabaseError as exc:
-                return [str(exc)]
-            problems += [f"{row[0]} row {row[1]} refers to a missing {row[2]}" for row in orphans]
-            return problems[:limit]
-
-        return await self._read(body)
-
-    @staticmethod
-    async def check_file(path: str | Path) -> list[str]:
-        """The full check of a file the store would refuse to open (e.g. `DatabaseDamaged`),
-        read-only and off the event loop; a missing file is reported, never created."""
-
-        def check() -> list[str]:
-            try:
-                db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
-            except sqlite3.Error as exc:
-                return [f"{path}: {exc}"]
-            try:
-                return integrity_problems(db, full=True)
-            finally:
-                db.close()
-
-        return await asyncio.to_thread(check)
-
-    async def close(self) -> None:
-        """Finish every call already made, then close the connections."""
-        if self._closed:
-            return
-        self._closed = True
-        self._finalizer.detach()
-        await self._batcher.drain()
-        if self._readers is not None:
-            await self._readers.drain()
-        await self._writer.close()
-        if self._reader is not None:
-            await self._reader.close()
-
-    async def __aenter__(self) -> AioSqliteStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    @property
-    def path(self) -> str:
-        return self._path
-
-    # --- running calls --------------------------------------------------------------------
-
-    def _refuse_if_closed(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"the store for {self._path} is closed")
-
-    async def _write(self, op: Op[Db, Any, T], arg: Any) -> T:
-        self._refuse_if_closed()
-        return await self._batcher.submit(op, arg)
-
-    async def _read(self, body: Callable[[Db], Awaitable[T]]) -> T:
-        """Run `body`'s statements on the reader (committed data only); reads made together
-        are handed to the driver together."""
-        return await self._read_op(READ, body)
-
-    async def _read_op(self, op: Op[Db, Any, T], arg: Any) -> T:
-        self._refuse_if_closed()
-        return await (self._readers or self._batcher).submit(op, arg)
-
-    # --- conversations --------------------------------------------------------------------
-
-    async def get_or_create_conversation(
-        self, key: str, *, channel_key: str, title: str | None = None
-    ) -> Conversation:
-        return await self._write(GET_OR_CREATE, (key, channel_key, title, self._clock()))
-
-    async def get_conversation(self, key: str) -> Conversation | None:
-        async def body(db: Db) -> Conversation | None:
-            row = await _fetchone(
-                db, f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE key = ?", (key,)
-            )
-            return None if row is None else rows.conversation_from(row)
-
-        return await self._read(body)
-
-    async def channel_conversations(self, channel_key: str, *, limit: int) -> list[Conversation]:
-        """The channel's conversations, the most recently created first, at most `limit`."""
-
-        async def body(db: Db) -> list[Conversation]:
-            found = await _fetchall(
-                db,
-                f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE channel_key = ? "
-                "ORDER BY id DESC LIMIT ?",
-                (channel_key, max(0, limit)),
-            )
-            return [rows.conversation_from(row) for row in found]
-
-        return await self._read(body)
-
-    async def update_conversation(
-        self,
-        conversation_id: int,
-        *,
-        title: str | None = None,
-        settings: dict[str, Any] | None = None,
-    ) -> Conversation:
-        """Set the title and/or replace the settings; `None` leaves a field as it is."""
-        settings_json = None if settings is None else rows.dump_json(settings)
-        return await self._write(
-            UPDATE_CONVERSATION, (title, settings_json, self._clock(), conversation_id)
-        )
-
-    # --- messages -------------------------------------------------------------------------
-
-    async def append_message(
-        self,
-        conversation_id: int,
-        message: Message,
-        *,
-        run_id: int | None = None,
-        usage: Usage | None = None,
-        model: str | None = None,
-    ) -> StoredMessage:
-        """Append `message` as the conversation's next seq; committed when this returns.
-
-        With `usage` (a model reply's, needing `run_id`): its ledger entry is recorded in the
-        same transaction, as `record_usage` would (nothing for a reply that used no tokens).
-        """
-        if usage is not None and run_id is None:
-            raise ValueError("usage is recorded against a run: give run_id")
-        charge = usage if usage is not None and usage.total_tokens > 0 else None
-        call = _Append(
-            conversation_id,
-            message,
-            dump_message(message).decode(),
-            run_id,
-            charge,
-            model,
-            self._clock(),
-        )
-        return await self._write(APPEND if charge is None else APPEND_CHARGED, call)
-
-    async def load(self, conversation_id: int) -> LoadedConversation:
-        """The conversation, its latest compaction and every message after that compaction."""
-        return await self._read_op(LOAD, conversation_id)
-
-    async def messages_after(self, conversation_id: int, seq: int) -> list[StoredMessage]:
-        """Messages with a seq greater than `seq`, in order (none for an unknown id)."""
-
-        async def body(db: Db) -> list[StoredMessage]:
-            return await _messages_after(db, conversation_id, seq)
-
-        return await self._read(body)
-
-    async def message_count(self, conversation_id: int) -> int:
-        async def body(db: Db) -> int:
-            row = await _fetchone(
-                db, "SELECT last_seq FROM conversations WHERE id = ?", (conversation_id,)
-            )
-            if row is None:
-                raise KeyError(f"no conversation with id {conversation_id}")
-            return int(row[0])
-
-        return await self._read(body)
-
-    # --- deliveries -----------------------------------------------------------------------
-
-    async def claim_delivery(self, delivery_id: str) -> bool:
-        """True the first time `delivery_id` is claimed, False for every repeat (durably)."""
-        return await self._write(CLAIM, (delivery_id, self._clock()))
-
-    async def prune_deliveries(self, older_than_s: float) -> int:
-        """Forget deliveries claimed more than `older_than_s` ago; return how many.
-
-        Keep them at least as long as a platform retries (Slack: ~5 minutes).
-        """
-        return await self._write(PRUNE, self._clock() - older_than_s)
-
-    # --- the inbox ------------------------------------------------------------------------
-
-    async def accept_delivery(
-        self,
-        conversation_key: str,
-        message: Message,
-        *,
-        channel_key: str,
-        delivery_id: str | None,
-        backfill: Sequence[Message] = (),
-        title: str | None = None,
-        surface_ref: dict[str, Any] | None = None,
-        also_claim: Sequence[str] = (),
-    ) -> Accepted | None:
-        """Claim, get or create, backfill a new conversation, and queue `message`: ONE
-        transaction, so a cancel or crash either loses nothing or did nothing (a retry of the
-        same delivery is then accepted). None for a repeated `delivery_id`, or when any id in
-        `also_claim` (more names of the same delivery) was claimed before."""
-        claims = list(
-            dict.fromkeys([*([delivery_id] if delivery_id is not None else []), *also_claim])
-        )
-        call = _Accept(
-            request=next(self._requests),
-            key=conversation_key,
-            channel_key=channel_key,
-            title=title,
-            claims=claims,
-            delivery_id=delivery_id,
-            message=message,
-            body_json=dump_message(message).decode(),
-            ref_json=rows.dump_json(surface_ref or {}),
-            backfill=[(earlier, dump_message(earlier).decode()) for earlier in backfill],
-            now=self._clock(),
-        )
-        accepted = await self._write(ACCEPT, call)
-        if accepted is not None:  # committed: its id is final
-            if len(self._accepted) >= _ACCEPTED_KEPT:
-                del self._accepted[next(iter(self._accepted))]
-            self._accepted[accepted.item.id] = (accepted.conversation.id, message)
-        return accepted
-
-    async def pending(self, conversation_id: int) -> list[InboxItem]:
-        """Inbox items neither delivered nor dropped, in arrival order."""
-
-        async def body(db: Db) -> list[InboxItem]:
-            found = await _fetchall(
-                db,
-                "SELECT i.id, i.body, i.surface_ref, i.received_at FROM conversations c "
-                "LEFT JOIN inbox i ON i.conversation_id = c.id AND i.state = 'pending' "
-                "WHERE c.id = ? ORDER BY i.id",
-                (conversation_id,),
-            )
-            if not found:
-                raise KeyError(f"no conversation with id {conversation_id}")
-            return [rows.inbox_item(conversation_id, row) for row in found if row[0] is not None]
-
-        return await self._read(body)
-
-    async def pending_conversations(self) -> list[int]:
-        """Conversations with pending inbox items, the one waiting longest first."""
-
-        async def body(db: Db) -> list[int]:
-            found = await _fetchall(
-                db,
-                "SELECT conversation_id FROM inbox WHERE state = 'pending' "
-                "GROUP BY conversation_id ORDER BY MIN(id)",
-            )
-            return [int(row[0]) for row in found]
-
-        return await self._read(body)
-
-    async def deliver(
-        self, conversation_id: int, item_ids: Sequence[int], *, run_id: int | None = None
-    ) -> list[StoredMessage]:
-        """Append the pending items' messages to history in the order given and mark them
-        delivered, in one transaction; items already settled are skipped."""
-        ids = list(item_ids)
-        delivery = _Delivery(conversation_id, ids, self._known(conversation_id, ids))
-        one_known = len(ids) == 1 and len(delivery.known) == 1
-        call = _Deliver(delivery, run_id, self._clock())
-        stored = await self._write(DELIVER_KNOWN_ONE if one_known else DELIVER, call)
-        self._forget(ids)
-        return stored
-
-    async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
-        """Mark pending items as not to be answered; they never enter history."""
-        ids = list(item_ids)
-        await self._write(DROP, (conversation_id, ids, reason, self._clock()))
-        self._forget(ids)
-
-    def _known(self, conversation_id: int, item_ids: list[int]) -> dict[int, Message]:
-        """The accepted messages this store still holds for `item_ids`."""
-        return {
-            item_id: entry[1]
-            for item_id in item_ids
-            if (entry := self._accepted.get(item_id)) is not None and entry[0] == conversation_id
-        }
-
-    def _forget(self, item_ids: list[int]) -> None:
-        """Settled items (delivered or dropped, now or before) need no kept message."""
-        for item_id in item_ids:
-            self._accepted.pop(item_id, None)
-
-    # --- runs -----------------------------------------------------------------------------
-
-    async def start_run(
-        self,
-        conversation_id: int,
-        *,
-        user_id: str | None = None,
-        channel_key: str | None = None,
-        model: str | None = None,
-        surface_ref: dict[str, Any] | None = None,
-        owner: dict[str, Any] | None = None,
-        deliver: Sequence[int] = (),
-    ) -> RunRecord:
-        """Record a run as "running". `channel_key` defaults to the conversation's.
-
-        `deliver`: inbox items to deliver to the new run in the same transaction, exactly as
-        `deliver(conversation_id, items, run_id=<the new run>)` would (same order, same
-        errors: an unknown item raises `KeyError` and no run is recorded).
-        """
-        ids = list(deliver)
-        call = _StartRun(
-            conversation_id=conversation_id,
-            user_id=user_id,
-            channel_key=channel_key,
-            model=model,
-            surface_json=rows.dump_json(surface_ref or {}),
-            owner_json=rows.dump_json(owner or {}),
-            delivery=_Delivery(conversation_id, ids, self._known(conversation_id, ids)),
-            now=self._clock(),
-        )
-        record = await self._write(START_RUN_DELIVERING if ids else START_RUN, call)
-        self._forget(ids)
-        return record
-
-    async def finish_run(
-        self, run_id: int, outcome: RunOutcome, *, error: str | None = None
-    ) -> RunRecord:
-        """Close a run with `outcome`, totalling its usage from the ledger.
-
-        The first finish wins: finishing a run that is already finished changes nothing and
-        returns it as it was (a late "done" cannot overwrite "aborted").
-        """
-        if outcome == "running" or outcome not in rows.OUTCOMES:
-            raise ValueError(f"a run cannot finish as {outcome!r}")
-        return await self._write(FINISH_RUN, (run_id, outcome, error, self._clock()))
-
-    async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
-        """Replace where a run is shown (e.g. the message ts a surface learned on its first
-        post), so that recovery after a restart can edit that message."""
-        return await self._write(SURFACE_REF, (rows.dump_json(ref), run_id))
-
-    async def running_runs(self) -> list[RunRecord]:
-        """Runs still marked running, oldest first: at start-up, the ones a crash interrupted."""
-
-        async def body(db: Db) -> list[RunRecord]:
-            found = await _fetchall(
-                db,
-                f"SELECT {_RUN_FIELDS} FROM runs WHERE outcome = 'running' ORDER BY started_at, id",
-            )
-            return [rows.run_record(row) for row in found]
-
-        return await self._read(body)
-
-    # --- compactions ----------------------------------------------------------------------
-
-    async def add_compaction(
-        self,
-        conversation_id: int,
-        summary: str,
-        up_to_seq: int,
-        details: dict[str, Any] | None = None,
-    ) -> Compaction:
-        """Store `summary` as standing in for messages 1..`up_to_seq` (which must exist)."""
-        call = _Compaction(
-            conversation_id, summary, up_to_seq, rows.dump_json(details or {}), self._clock()
-        )
-        return await self._write(COMPACTION, call)
-
-    # --- usage ledger ---------------------------------------------------------------------
-
-    async def record_usage(self, run_id: int, usage: Usage, *, model: str | None = None) -> None:
-        """Add one model reply's usage, attributed to the run's conversation, user and channel."""
-        await self._write(RECORD_USAGE, _Usage(run_id, usage, model, self._clock()))
-
-    async def usage_since(
-        self,
-        since: float,
-        *,
-        conversation_id: int | None = None,
-        user_id: str | None = None,
-        channel_key: str | None = None,
-    ) -> Usage:
-        """Total usage recorded at or after `since` (a timestamp), narrowed by every filter
-        given: e.g. `usage_since(midnight, channel_key=...)` is what a channel spent today."""
-        where = ["at >= ?"]
-        params: list[Any] = [since]
-        for column, value in (
-            ("conversation_id", conversation_id),
-            ("user_id", user_id),
-            ("channel_key", channel_key),
-        ):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        sql = f"SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE {' AND '.join(where)}"
-
-        async def body(db: Db) -> Usage:
-            return rows.usage_of(await _fetchone(db, sql, params))
-
-        return await self._read(body)
-
-    async def usage_summary(
-        self,
-        since: float,
-        *,
-        conversation_id: int | None = None,
-        user_id: str | None = None,
-        channel_key: str | None = None,
-    ) -> UsageSummary:
-        """Usage, runs started and votes cast at or after `since`, narrowed by every filter
-        given (a vote is in scope when its run is), read in one statement (one snapshot)."""
-        filters = {
-            "conversation_id": conversation_id,
-            "user_id": user_id,
-            "channel_key": channel_key,
-        }
-        given = {column: value for column, value in filters.items() if value is not None}
-        params = [since, *given.values()]
-
-        def scope(table: str) -> str:
-            return "".join(f" AND {table}.{column} = ?" for column in given)
-
-        sql = (
-            f"SELECT * FROM (SELECT {rows.USAGE_SUMS} FROM usage_ledger "
-            f"WHERE at >= ?{scope('usage_ledger')}), "
-            f"(SELECT COUNT(*) FROM runs WHERE started_at >= ?{scope('runs')}), "
-            "(SELECT COALESCE(SUM(f.vote = 'up'), 0), COALESCE(SUM(f.vote = 'down'), 0) "
-            f"FROM run_feedback f JOIN runs ON runs.id = f.run_id WHERE f.at >= ?{scope('runs')})"
-        )
-
-        async def body(db: Db) -> UsageSummary:
-            row = await _fetchone(db, sql, params * 3)
-            return UsageSummary(
-                usage=rows.usage_of(row[:5]),
-                runs=int(row[5]),
-                votes_up=int(row[6]),
-                votes_down=int(row[7]),
-            )
-
-        return await self._read(body)
-
-    # --- feedback and channel configuration -----------------------------------------------
-
-    async def set_run_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
-        """Record (or with None withdraw) `user_id`'s vote on the run; its tally after."""
-        if vote not in ("up", "down", None):
-            raise ValueError(f"a vote is 'up', 'down' or None, not {vote!r}")
-        return await self._write(FEEDBACK, (run_id, user_id, vote, self._clock()))
-
-    async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
-        """The channel's stored configuration, or None if none was ever set."""
-        return await self._read_op(CHANNEL_CONFIG_READ, channel_key)
-
-    async def set_channel_config(
-        self, channel_key: str, config: dict[str, Any], *, by: str | None
-    ) -> None:
-        """Replace the channel's stored configuration, recording who changed it and when."""
-        config_json = rows.dump_json(config)  # raises TypeError before anything is written
-        await self._write(CHANNEL_CONFIG, (channel_key, config_json, by, self._clock()))
-
-
-async def _messages_after(db: Db, conversation_id: int, seq: int) -> list[StoredMessage]:
+async def messages_after_seq(db: Db, conversation_id: int, seq: int) -> list[StoredMessage]:
     # Parsing thousands of messages creates objects faster than the cyclic GC's thresholds
     # expect; its repeated passes over a big heap would more than double the time of a long
     # load. Nothing here forms cycles, so the collector resumes once the rows are fetched.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        found = await _fetchall(
+        found = await fetchall(
             db,
             'SELECT seq, body AS "body [teammate_message]" FROM messages '
             "WHERE conversation_id = ? AND seq > ? ORDER BY seq",
@@ -1744,38 +1149,3 @@ async def _messages_after(db: Db, conversation_id: int, seq: int) -> list[Stored
         if was_enabled:
             gc.enable()
     return [StoredMessage(seq=int(row[0]), message=row[1]) for row in found]
-
-
-def _stop_all(connections: list[Db]) -> None:
-    for connection in connections:
-        connection.stop()
-
-
-if TYPE_CHECKING:
-
-    def _implements_the_contract(store: AioSqliteStore) -> ConversationStore:
-        return store
-
-
-class _Opening:
-    """What `AioSqliteStore.open()` returns: await it for a store, or `async with` it."""
-
-    def __init__(self, opening: Awaitable[AioSqliteStore]) -> None:
-        self._opening = opening
-        self._store: AioSqliteStore | None = None
-
-    def __await__(self) -> Generator[Any, None, AioSqliteStore]:
-        return self._opening.__await__()
-
-    async def __aenter__(self) -> AioSqliteStore:
-        self._store = await self._opening
-        return self._store
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._store is not None:
-            await self._store.close()
