@@ -113,7 +113,11 @@ _ACCEPTED_KEPT = 4096
 
 
 async def _connect(
-    path: str, busy_timeout_s: float, setup: Callable[[sqlite3.Connection], None]
+    path: str,
+    busy_timeout_s: float,
+    setup: Callable[[sqlite3.Connection], None],
+    *,
+    parses_messages: bool,
 ) -> Db:
     """An aiosqlite connection whose sqlite3 connection runs `setup` on the driver's thread
     as it is made (checks, pragmas, migrations: synchronous, as `storage.migrations` is).
@@ -139,7 +143,8 @@ async def _connect(
         path,
         timeout=busy_timeout_s,
         isolation_level=None,  # autocommit: every transaction here is explicit
-        detect_types=sqlite3.PARSE_COLNAMES,
+        # Columns named "x [teammate_message]" are parsed as fetched (the connection reads).
+        detect_types=sqlite3.PARSE_COLNAMES if parses_messages else 0,
         cached_statements=256,
         factory=Connection,
     )
@@ -221,11 +226,12 @@ class SqliteStore:
 
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        writer = await _connect(path, busy_timeout_s, setup_writer)
+        memory = path == ":memory:"  # one connection, reading too
+        writer = await _connect(path, busy_timeout_s, setup_writer, parses_messages=memory)
         reader: Db | None = None
         try:
             if path != ":memory:":
-                reader = await _connect(path, busy_timeout_s, setup_reader)
+                reader = await _connect(path, busy_timeout_s, setup_reader, parses_messages=True)
         except BaseException:
             await writer.close()
             raise

@@ -292,17 +292,11 @@ class AppendCall:
 
 
 async def _append_lone(db: Db, call: AppendCall) -> StoredMessage:
-    found = await fetchone(
-        db,
-        _APPEND_MESSAGE,
-        (
-            *_message_row(0, 0, call.message, call.body_json, call.run_id, call.now)[2:],
-            call.conversation_id,
-        ),
-    )
-    if found is None:
-        raise KeyError(f"no conversation with id {call.conversation_id}")
-    return StoredMessage(seq=int(found[0]), message=call.message)
+    params = _message_row(0, 0, call.message, call.body_json, call.run_id, call.now)[2:]
+    found = await db.execute_fetchall(_APPEND_MESSAGE, (*params, call.conversation_id))
+    for (seq,) in found:
+        return StoredMessage(seq=int(seq), message=call.message)
+    raise KeyError(f"no conversation with id {call.conversation_id}")
 
 
 async def _append_many(db: Db, calls: list[AppendCall]) -> list[StoredMessage | Exception]:
