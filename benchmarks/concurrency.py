@@ -9,8 +9,9 @@ model's 1 s, the overhead per turn (wall time of the same N conversations with a
 model, divided by N: comparable with every earlier version), and peak resident memory of the
 process. The overhead is then split, per turn, in CPU time: "loop alone" (the same
 conversations through the agent loop and scripted model only: the harness, not the runner),
-"runner own" (the event loop's CPU beyond the loop alone: what the runner adds) and "store
-thread" (CPU of the store's database thread, beside the event loop).
+"runner own" (the event loop's CPU beyond the loop alone: what the runner adds, the store's
+event-loop side included) and "store thread" (CPU of the store's driver threads, aiosqlite's
+writer and reader, beside the event loop).
 
 The steering-heavy case (issue 8): STEER_N conversations, each receiving 3 messages 50-300 ms
 apart while a 1 s model reply with one tool call runs (the later two are steered into the run,
@@ -21,7 +22,10 @@ request, or stored twice), and replay mismatches (the stored conversation, repla
 run would send it, differs from what the model was last sent plus its reply).
 
 Run: uv run python benchmarks/concurrency.py [--sizes 100 1000] [--latency 1.0] [--steer 1000]
-Prints two tables, then one JSON line. Targets at N = 1,000: wall < 1.3 s, peak memory < 300 MB;
+[--stores sqlite] [--rounds 1]. Prints two tables per store and round (with several
+stores, then a comparison: each figure's median over the rounds per store, and the first's over
+the other's), then one JSON line. Targets at N = 1,000:
+wall < 1.3 s, peak memory < 300 MB;
 steering: all answered, no duplicates, no mismatches, runner own < 0.5 ms per model call.
 """
 
@@ -35,6 +39,7 @@ import platform
 import random
 import resource
 import sqlite3
+import statistics
 import tempfile
 import threading
 import time
@@ -54,6 +59,11 @@ from core.models.base import ModelRequest
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
+
+# The stores measured, side by side when several (same run, alternating rounds); `--stores`
+# picks. The database-thread store this one replaced was measured against it this way.
+StoreClass = type[SqliteStore]
+STORES: dict[str, StoreClass] = {"sqlite": SqliteStore}
 
 
 class CountingSurface:
@@ -75,7 +85,7 @@ class CountingSurface:
 
 def thread_cpu_s() -> tuple[float, float]:
     """CPU seconds so far: (this thread: the event loop, every other live thread: the store's
-    database thread). Apart, they show which side of the store a cost is on."""
+    driver threads). Apart, they show which side of the store a cost is on."""
     others = 0.0
     for thread in threading.enumerate():
         if thread is threading.current_thread() or thread.ident is None:
@@ -87,10 +97,12 @@ def thread_cpu_s() -> tuple[float, float]:
     return time.thread_time(), others
 
 
-async def run_wave(size: int, latency_s: float, data_dir: Path) -> dict[str, float]:
+async def run_wave(
+    size: int, latency_s: float, data_dir: Path, store_class: StoreClass
+) -> dict[str, float]:
     """`size` conversations answered once each: wall seconds, event-loop and store-thread CPU
     seconds."""
-    store = await SqliteStore.open(data_dir / "teammate.db")
+    store = await store_class.open(data_dir / "teammate.db")
     model = ScriptedModel(
         default=Reply(text="an answer of a few words", latency_s=latency_s), record=False
     )
@@ -151,11 +163,11 @@ def said(message: Message) -> str:
 
 
 async def run_steering_wave(
-    size: int, latency_s: float, data_dir: Path, *, gaps: bool
+    size: int, latency_s: float, data_dir: Path, store_class: StoreClass, *, gaps: bool
 ) -> dict[str, float]:
     """`size` conversations of 3 messages each; checks every message against the model's
     requests and the stored history."""
-    store = await SqliteStore.open(data_dir / "teammate.db")
+    store = await store_class.open(data_dir / "teammate.db")
 
     def reply(request: ModelRequest) -> Reply:
         if any(isinstance(m, ToolResultMessage) for m in request.messages):
@@ -279,40 +291,90 @@ async def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--steer", type=int, default=1000, help="conversations; 0 to skip")
+    parser.add_argument("--stores", nargs="+", choices=sorted(STORES), default=list(STORES))
+    parser.add_argument("--rounds", type=int, default=1, help="each store, alternating")
     args = parser.parse_args()
     print(
         f"conditions: python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
         f"{os.cpu_count()} cores, model latency {args.latency:g} s, one message per "
-        "conversation, real runner + SQLite store (WAL) in a temp dir"
+        "conversation, real runner + SQLite store (WAL) in a temp dir; stores: "
+        + ", ".join(args.stores)
     )
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in args.stores}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.rounds):  # alternating, so that both see the same machine
+            for name in args.stores:
+                print(f"\n== store: {name} (round {round_ + 1}/{args.rounds})")
+                where = Path(tmp) / f"{name}-{round_}"
+                runs[name].append(await measure(args, STORES[name], where))
+    by_store = {
+        name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        for name, rounds in runs.items()
+    }
+    figures = by_store[args.stores[0]]
+    if len(by_store) > 1:
+        figures = compare(by_store)
+    print(json.dumps(figures))
+
+
+async def measure(args: argparse.Namespace, store_class: StoreClass, tmp: Path) -> dict[str, float]:
     figures: dict[str, float] = {}
     print(f"{'N':>6} {'wall s':>8} {'ratio':>7} {COST_HEADER} {'peak MB':>8}")
-    with tempfile.TemporaryDirectory() as tmp:
-        for size in args.sizes:
-            base = Path(tmp) / f"n{size}"
-            (base / "warm").mkdir(parents=True)
-            (base / "zero").mkdir()
-            (base / "real").mkdir()
-            await run_wave(10, 0.0, base / "warm")
-            zero = await run_wave(size, 0.0, base / "zero")
-            alone, alone_calls = await run_loops_alone(size, steering=False)
-            wall = (await run_wave(size, args.latency, base / "real"))["wall"]
-            cost = costs(zero, size, alone, alone_calls)
-            peak = peak_rss_mb()
-            figures.update(
-                {
-                    f"wall_s_{size}": round(wall, 3),
-                    f"ratio_{size}": round(wall / args.latency, 3),
-                    **{f"{name}_{size}": value for name, value in cost.items()},
-                    f"peak_mb_{size}": round(peak, 1),
-                }
-            )
-            print(
-                f"{size:>6} {wall:>8.3f} {wall / args.latency:>7.3f} {cost_row(cost)} {peak:>8.1f}"
-            )
-        if args.steer:
-            figures.update(await steering_case(args.steer, args.latency, Path(tmp) / "steer"))
-    print(json.dumps(figures))
+    for size in args.sizes:
+        base = tmp / f"n{size}"
+        (base / "warm").mkdir(parents=True)
+        (base / "zero").mkdir()
+        (base / "real").mkdir()
+        await run_wave(10, 0.0, base / "warm", store_class)
+        zero = await run_wave(size, 0.0, base / "zero", store_class)
+        alone, alone_calls = await run_loops_alone(size, steering=False)
+        wall = (await run_wave(size, args.latency, base / "real", store_class))["wall"]
+        cost = costs(zero, size, alone, alone_calls)
+        peak = peak_rss_mb()
+        figures.update(
+            {
+                f"wall_s_{size}": round(wall, 3),
+                f"ratio_{size}": round(wall / args.latency, 3),
+                **{f"{name}_{size}": value for name, value in cost.items()},
+                f"peak_mb_{size}": round(peak, 1),
+            }
+        )
+        print(f"{size:>6} {wall:>8.3f} {wall / args.latency:>7.3f} {cost_row(cost)} {peak:>8.1f}")
+    if args.steer:
+        figures.update(await steering_case(args.steer, args.latency, tmp / "steer", store_class))
+    return figures
+
+
+# Lower is better for every compared figure but these.
+HIGHER_IS_BETTER = {"steer_answered", "steer_sent"}
+
+
+def compare(by_store: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each figure per store, and the first store's over each other's (above 1: the other is
+    better, whichever way the figure points). Peak memory is the process's, so it is left out
+    (the second store runs after the first in the same process)."""
+    names = list(by_store)
+    base = names[0]
+    print()
+    header = f"{'figure':<34}" + "".join(f"{n:>12}" for n in names)
+    print(header + "".join(f"{'gain ' + n:>16}" for n in names[1:]))
+    out: dict[str, float] = {}
+    for key, first in by_store[base].items():
+        if key.startswith("peak_mb"):
+            continue
+        line = f"{key:<34}" + "".join(f"{by_store[n][key]:>12.3f}" for n in names)
+        for other in names[1:]:
+            theirs = by_store[other][key]
+            if key in HIGHER_IS_BETTER:
+                gain = theirs / first if first else float("nan")
+            else:
+                gain = first / theirs if theirs > 0 else float("nan")
+            line += f"{gain:>15.2f}x"
+            out[f"{key}_gain_{other}"] = round(gain, 3)
+        print(line)
+        for n in names:
+            out[f"{key}_{n}"] = by_store[n][key]
+    return out
 
 
 COST_HEADER = f"{'overhead ms/turn':>17} {'loop alone':>10} {'runner own':>10} {'store thread':>12}"
@@ -339,17 +401,19 @@ def cost_row(cost: dict[str, float]) -> str:
     )
 
 
-async def steering_case(size: int, latency_s: float, base: Path) -> dict[str, float]:
+async def steering_case(
+    size: int, latency_s: float, base: Path, store_class: StoreClass
+) -> dict[str, float]:
     for name in ("warm", "zero", "real"):
         (base / name).mkdir(parents=True)
     print(
         f"\nsteering: {size} conversations x 3 messages 50-300 ms apart, model replies of "
         f"{latency_s:g} s (the first with one tool call)"
     )
-    await run_steering_wave(10, 0.0, base / "warm", gaps=False)
-    zero = await run_steering_wave(size, 0.0, base / "zero", gaps=False)
+    await run_steering_wave(10, 0.0, base / "warm", store_class, gaps=False)
+    zero = await run_steering_wave(size, 0.0, base / "zero", store_class, gaps=False)
     alone, alone_calls = await run_loops_alone(size, steering=True)
-    real = await run_steering_wave(size, latency_s, base / "real", gaps=True)
+    real = await run_steering_wave(size, latency_s, base / "real", store_class, gaps=True)
     cost = costs(zero, int(zero["model_calls"]), alone, alone_calls)
     print(
         f"{'N':>6} {'wall s':>8} {COST_HEADER} {'answered/sent':>14} {'duplicates':>10} "

@@ -17,6 +17,7 @@ from pathlib import Path
 if not __package__:  # run as `python benchmarks/storage_bench.py`: find the project's packages
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import argparse
 import asyncio
 import json
 import os
@@ -39,6 +40,12 @@ from core.messages import (
     dump_message,
 )
 from storage.sqlite import SqliteStore
+
+# The stores measured, side by side when several (same run, alternating rounds). The
+# database-thread store this one replaced was measured against it this way (see the git log).
+STORES: dict[str, type[SqliteStore]] = {"sqlite": SqliteStore}
+# Higher is better for these figures; lower for every other.
+HIGHER_IS_BETTER = {"appends_per_s_200_concurrent"}
 
 BIG = 10_000
 SAMPLES = 200
@@ -88,12 +95,12 @@ def realistic_message(i: int, rng: random.Random) -> Message:
             )
 
 
-async def run(directory: str) -> dict[str, float]:
+async def run(directory: str, store_class: type[SqliteStore]) -> dict[str, float]:
     rng = random.Random(7)
     messages = [realistic_message(i, rng) for i in range(BIG + SAMPLES)]
     sizes = [len(dump_message(m)) for m in messages]
 
-    async with SqliteStore.open(Path(directory) / "bench.db") as store:
+    async with store_class.open(Path(directory) / "bench.db") as store:
         big = await store.get_or_create_conversation("bench:big", channel_key="bench")
         for message in messages[: BIG - SAMPLES]:
             await store.append_message(big.id, message)
@@ -151,7 +158,7 @@ async def run(directory: str) -> dict[str, float]:
     opens: list[float] = []
     for _ in range(5):
         start = time.perf_counter()
-        reopened = await SqliteStore.open(path)
+        reopened = await store_class.open(path)
         opens.append((time.perf_counter() - start) * 1000)
         await reopened.close()
     db_mb = path.stat().st_size / 1e6
@@ -189,15 +196,48 @@ async def run(directory: str) -> dict[str, float]:
     }
 
 
+def compare(results: dict[str, list[dict[str, float]]]) -> dict[str, float]:
+    """Each figure's median over the rounds, per store, and the ratio of the first store's
+    to each other's (above 1: the other is better, whichever way the figure points)."""
+    names = list(results)
+    medians = {
+        name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        for name, rounds in results.items()
+    }
+    base = names[0]
+    print()
+    header = f"{'figure (median of rounds)':<30}" + "".join(f"{n:>14}" for n in names)
+    print(header + "".join(f"{'gain ' + n:>16}" for n in names[1:]))
+    out: dict[str, float] = {}
+    for key in medians[base]:
+        line = f"{key:<30}" + "".join(f"{medians[n][key]:>14.3f}" for n in names)
+        for other in names[1:]:
+            a, b = medians[base][key], medians[other][key]
+            gain = (b / a if key in HIGHER_IS_BETTER else a / b) if a and b else float("nan")
+            line += f"{gain:>15.2f}x"
+            out[f"{key}_gain_{other}"] = round(gain, 3)
+        print(line)
+        for n in names:
+            out[f"{key}_{n}"] = round(medians[n][key], 4)
+    return out
+
+
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="teammate-bench-") as directory:
-        print(f"python {platform.python_version()} ({platform.python_implementation()})")
-        print(f"sqlite {sqlite3.sqlite_version} (stdlib sqlite3, one DB thread, group commit)")
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
-        print(f"temp dir: {directory}")
-        print("pragmas: journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON")
-        print()
-        figures = asyncio.run(run(directory))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--stores", nargs="+", choices=sorted(STORES), default=list(STORES))
+    parser.add_argument("--rounds", type=int, default=1, help="each store, alternating")
+    args = parser.parse_args()
+    print(f"python {platform.python_version()} ({platform.python_implementation()})")
+    print(f"sqlite {sqlite3.sqlite_version}; stores: {', '.join(args.stores)}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
+    print("pragmas: journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON")
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in args.stores}
+    for round_ in range(args.rounds):
+        for name in args.stores:
+            with tempfile.TemporaryDirectory(prefix="teammate-bench-") as directory:
+                print(f"\n== {name} (round {round_ + 1}/{args.rounds}, {directory})")
+                results[name].append(asyncio.run(run(directory, STORES[name])))
+    figures = compare(results) if len(args.stores) > 1 else results[args.stores[0]][-1]
     print(json.dumps(figures))
 
 

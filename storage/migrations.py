@@ -7,7 +7,7 @@ Rules (they keep every database that ever existed upgradable):
 - A migration, once released, is never edited, renamed or reordered. Change the schema by
   appending a new one; names are `mNNN_what_it_does` with strictly increasing numbers.
 - Migrations are synchronous functions over a `sqlite3.Connection` in autocommit mode
-  (`isolation_level=None`); the store runs them on its database thread while opening.
+  (`isolation_level=None`); the store runs them on its writer connection's thread while opening.
 - All pending migrations run in one `BEGIN IMMEDIATE` transaction, so an upgrade either
   completes or leaves the database exactly as the older Teammate expects it. (SQLite DDL,
   `PRAGMA user_version` and `PRAGMA application_id` are all transactional.)

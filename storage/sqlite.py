@@ -1,22 +1,25 @@
-"""The SQLite backend of `ConversationStore`, on the stdlib `sqlite3` and one thread per store.
+"""The SQLite backend of `ConversationStore`, on aiosqlite.
 
-Owns: the SQL behind every store method, the connection's pragmas, and opening a file (checks,
-then migrations). The thread that runs the SQL and commits it in groups is `sqlite_thread`;
-mapping rows to records, and the statements several methods share, is `sqlite_rows`.
+Owns: the store (`SqliteStore`): its two connections, their pragmas, opening a file (checks,
+then migrations), and the SQL of its simple reads. The SQL of every write (and of the reads
+the runner makes many at once) is `sqlite_ops`; when calls run alone and when together is
+`storage.batching`; rows to records is `sqlite_rows`.
 
-How it stays correct and fast (docs/architecture.md, "Storage"; the thread's side is in
-`sqlite_thread`):
-- Each store method is ONE body run by the database thread: one transaction, whole or not at
-  all, even if its caller is cancelled midway.
-- WAL with `synchronous=NORMAL`: a commit appends to the WAL with `write()` before it returns,
-  so once a method returns its data survives the *process* dying at any moment (SIGKILL,
-  OOM): the bytes are in the OS page cache and the WAL is replayed on the next open. Only an
-  OS crash or power loss can lose the last few commits (never corrupt the file); that trade
-  buys appends without an fsync each. Use `synchronous=FULL` where that matters.
-- Appending reads and bumps `conversations.last_seq` inside the same transaction: no
-  `COUNT(*)`, no scan, so message 10,000 costs what message 10 does.
-- `close()` queues a stop behind everything already queued, so pending calls finish first;
-  a store that is garbage collected unclosed stops its thread too.
+How it stays correct and fast (docs/architecture.md, "Storage"):
+- Two connections on one file (WAL): a writer, and a reader. Each has a batcher: a call made
+  while nothing else runs goes to the driver at once (one autocommit statement for most
+  writes: an append, a claim, an accept, a delivery, a finish); calls made meanwhile run
+  together as one transaction (writes) or one round trip (reads) of a fixed number of
+  statements. A write returns once committed; a read sees what was committed before it ran.
+  (An in-memory database has one connection: its reads queue with the writes.)
+- WAL with `synchronous=NORMAL`: once a method returns, its data survives the *process*
+  dying at any moment (SIGKILL, OOM): the bytes are in the OS page cache and the WAL is
+  replayed on the next open. Only an OS crash or power loss can lose the last few commits
+  (never corrupt the file). Use `synchronous=FULL` where that matters.
+- A call runs whole or not at all, even if its caller is cancelled midway: batches run in
+  the batcher's own task, and a call alone is handed to the driver in one piece.
+- `close()` finishes every call already made first; a store that is garbage collected
+  unclosed stops its driver threads too.
 
 Must not: import `tools` or `bots`; return rows (callers get `core` messages and records).
 """
@@ -24,7 +27,7 @@ Must not: import `tools` or `bots`; return rows (callers get `core` messages and
 from __future__ import annotations
 
 import asyncio
-import json
+import itertools
 import sqlite3
 import time
 import weakref
@@ -32,6 +35,8 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiosqlite
 
 from core.messages import Message, Usage, dump_message
 from storage import sqlite_rows as rows
@@ -50,6 +55,7 @@ from storage.base import (
     UsageSummary,
     Vote,
 )
+from storage.batching import Batcher, Op
 from storage.migrations import (
     MIGRATIONS,
     Migration,
@@ -58,7 +64,46 @@ from storage.migrations import (
     migrate,
     refuse_damaged,
 )
-from storage.sqlite_thread import Body, DbThread, nothing
+from storage.sqlite_ops import (
+    ACCEPT,
+    ACCEPT_SETUP,
+    APPEND,
+    APPEND_CHARGED,
+    CHANNEL_CONFIG,
+    CHANNEL_CONFIG_READ,
+    CLAIM,
+    COMPACTION,
+    DELIVER,
+    DELIVER_KNOWN_ONE,
+    DELIVER_TRIGGER,
+    DROP,
+    FEEDBACK,
+    FINISH_RUN,
+    GET_OR_CREATE,
+    LAST_SEQ_TRIGGER,
+    LOAD,
+    PRUNE,
+    READ,
+    RECORD_USAGE,
+    RUN_FIELDS,
+    START_RUN,
+    START_RUN_DELIVERING,
+    SURFACE_REF,
+    UPDATE_CONVERSATION,
+    AcceptCall,
+    AppendCall,
+    CompactionCall,
+    Db,
+    DeliverCall,
+    Delivery,
+    NoTransactions,
+    SqliteTransactions,
+    StartRunCall,
+    UsageCall,
+    fetchall,
+    fetchone,
+    messages_after_seq,
+)
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -67,8 +112,50 @@ Clock = Callable[[], float]
 _ACCEPTED_KEPT = 4096
 
 
+async def _connect(
+    path: str,
+    busy_timeout_s: float,
+    setup: Callable[[sqlite3.Connection], None],
+    *,
+    parses_messages: bool,
+) -> Db:
+    """An aiosqlite connection whose sqlite3 connection runs `setup` on the driver's thread
+    as it is made (checks, pragmas, migrations: synchronous, as `storage.migrations` is).
+
+    A connection that cannot be made or set up is closed (waiting for its thread) before the
+    error is raised: aiosqlite's own failure path leaves its thread to stop unobserved."""
+    failed: list[Exception] = []
+
+    class Connection(sqlite3.Connection):
+        def __init__(self, database: str, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().__init__(database, *args, **kwargs)
+            except sqlite3.Error as exc:
+                failed.append(exc)
+                super().__init__(":memory:")  # a stand-in, closed at once below
+                return
+            try:
+                setup(self)
+            except Exception as exc:
+                failed.append(exc)
+
+    db = await aiosqlite.connect(
+        path,
+        timeout=busy_timeout_s,
+        isolation_level=None,  # autocommit: every transaction here is explicit
+        # Columns named "x [teammate_message]" are parsed as fetched (the connection reads).
+        detect_types=sqlite3.PARSE_COLNAMES if parses_messages else 0,
+        cached_statements=256,
+        factory=Connection,
+    )
+    if failed:
+        await db.close()
+        raise failed[0]
+    return db
+
+
 class SqliteStore:
-    """Persisted conversations in one SQLite file. Open with `SqliteStore.open(path)`:
+    """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
 
         async with SqliteStore.open("teammate.db") as store: ...
         store = await SqliteStore.open("teammate.db")  # then: await store.close()
@@ -76,19 +163,24 @@ class SqliteStore:
     Methods given an unknown conversation or run id raise `KeyError`.
     """
 
-    def __init__(self, db: DbThread, path: str, clock: Clock) -> None:
-        # Use `open()`: it starts the thread, checks the file, sets the pragmas and migrates.
-        self._db = db
+    def __init__(self, writer: Db, reader: Db | None, path: str, clock: Clock) -> None:
+        # Use `open()`: it checks the file, sets the pragmas, migrates and connects.
+        self._writer = writer
+        self._reader = reader  # None for ":memory:": reads queue with the writes
+        self._batcher: Batcher[Db] = Batcher(writer, SqliteTransactions())
+        # Reads batch the same way on their own connection, with no transaction to open.
+        self._readers = None if reader is None else Batcher(reader, NoTransactions())
         self._path = path
         self._clock = clock
         self._closed = False
         # Messages this process accepted and has not yet delivered or dropped, by inbox item id
         # (with their conversation): `deliver` hands back the very object accepted instead of
-        # parsing it again on the database thread, where parsing holds the GIL. Bounded; a miss
-        # (a restart, a cancelled caller, eviction) just parses the stored body.
+        # parsing it again. Bounded; a miss (a restart, eviction) parses the stored body.
         self._accepted: dict[int, tuple[int, Message]] = {}
-        # Unclosed and forgotten: stop the thread (it closes the connection) instead of leaking.
-        self._finalizer = weakref.finalize(self, db.stop)
+        self._requests = itertools.count(1)
+        # Unclosed and forgotten: stop the drivers' threads instead of leaking them.
+        connections = [c for c in (writer, reader) if c is not None]
+        self._finalizer = weakref.finalize(self, _stop_all, connections)
 
     @classmethod
     def open(
@@ -103,8 +195,7 @@ class SqliteStore:
 
         Raises `SchemaError` for a file that is not a Teammate database or was written by a
         newer Teammate, and `DatabaseDamaged` (a `SchemaError`) for one with damaged pages;
-        such a file is left untouched. `":memory:"` gives a private,
-        non-durable database (for tests and demos).
+        such a file is left untouched. `":memory:"` gives a private, non-durable database.
         """
         return _Opening(cls._open(str(path), clock, busy_timeout_s, migrations))
 
@@ -112,9 +203,11 @@ class SqliteStore:
     async def _open(
         cls, path: str, clock: Clock, busy_timeout_s: float, migrations: Sequence[Migration]
     ) -> SqliteStore:
-        def setup(db: sqlite3.Connection) -> None:
+        busy_ms = int(busy_timeout_s * 1000)
+
+        def setup_writer(db: sqlite3.Connection) -> None:
             # Connection settings only; nothing is written before the file is recognised.
-            db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000):d}")
+            db.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
             db.execute("PRAGMA foreign_keys = ON")
             inspect(db, path, migrations)
             refuse_damaged(db, path)
@@ -123,22 +216,41 @@ class SqliteStore:
                 raise SchemaError(f"{path}: could not switch to WAL mode (got {mode!r})")
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, path, migrations)
+            # Per connection, never in the file: another Teammate sees the plain schema.
+            for statement in [LAST_SEQ_TRIGGER, DELIVER_TRIGGER, *ACCEPT_SETUP]:
+                db.execute(statement)
 
-        db = DbThread(path, busy_timeout_s)
+        def setup_reader(db: sqlite3.Connection) -> None:
+            db.execute(f"PRAGMA busy_timeout = {busy_ms:d}")
+            db.execute("PRAGMA query_only = ON")  # this connection never writes
+
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        memory = path == ":memory:"  # one connection, reading too
+        writer = await _connect(path, busy_timeout_s, setup_writer, parses_messages=memory)
+        reader: Db | None = None
         try:
-            await db.submit("setup", setup)
+            if path != ":memory:":
+                reader = await _connect(path, busy_timeout_s, setup_reader, parses_messages=True)
         except BaseException:
-            db.stop()  # after the setup (even a cancelled caller's): closes the connection
+            await writer.close()
             raise
-        return cls(db, path, clock)
+        return cls(writer, reader, path, clock)
 
     async def integrity_check(self) -> list[str]:
         """Everything SQLite finds wrong with the file, indexes and foreign keys included
-        (`[]`: healthy). Reads the whole file on the store's thread: for `teammate doctor`,
-        not for a busy bot."""
+        (`[]`: healthy). Reads the whole file: for `teammate doctor`, not for a busy bot."""
+        limit = 100
 
-        def body(db: sqlite3.Connection) -> list[str]:
-            return integrity_problems(db, full=True)
+        async def body(db: Db) -> list[str]:
+            try:
+                found = await fetchall(db, f"PRAGMA integrity_check({limit:d})")
+                problems = [str(row[0]) for row in found if str(row[0]) != "ok"]
+                orphans = (await fetchall(db, "PRAGMA foreign_key_check"))[:limit]
+            except sqlite3.DatabaseError as exc:
+                return [str(exc)]
+            problems += [f"{row[0]} row {row[1]} refers to a missing {row[2]}" for row in orphans]
+            return problems[:limit]
 
         return await self._read(body)
 
@@ -160,13 +272,17 @@ class SqliteStore:
         return await asyncio.to_thread(check)
 
     async def close(self) -> None:
-        """Finish every call already made, then close the connection and stop the thread."""
+        """Finish every call already made, then close the connections."""
         if self._closed:
             return
         self._closed = True
         self._finalizer.detach()
-        await self._db.submit("stop", nothing)
-        self._db.join()
+        await self._batcher.drain()
+        if self._readers is not None:
+            await self._readers.drain()
+        await self._writer.close()
+        if self._reader is not None:
+            await self._reader.close()
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -183,54 +299,51 @@ class SqliteStore:
     def path(self) -> str:
         return self._path
 
-    # --- transactions ---------------------------------------------------------------------
+    # --- running calls --------------------------------------------------------------------
 
-    def _read(self, body: Body[T]) -> asyncio.Future[T]:
-        """Run `body` in a read transaction (a consistent snapshot) on the store's thread."""
+    def _refuse_if_closed(self) -> None:
         if self._closed:
             raise RuntimeError(f"the store for {self._path} is closed")
-        return self._db.submit("read", body)
 
-    def _write(self, body: Body[T]) -> asyncio.Future[T]:
-        """Run `body` as one atomic write, committed before the future resolves."""
-        if self._closed:
-            raise RuntimeError(f"the store for {self._path} is closed")
-        return self._db.submit("write", body)
+    async def _write(self, op: Op[Db, Any, T], arg: Any) -> T:
+        self._refuse_if_closed()
+        return await self._batcher.submit(op, arg)
+
+    async def _read(self, body: Callable[[Db], Awaitable[T]]) -> T:
+        """Run `body`'s statements on the reader (committed data only); reads made together
+        are handed to the driver together."""
+        return await self._read_op(READ, body)
+
+    async def _read_op(self, op: Op[Db, Any, T], arg: Any) -> T:
+        self._refuse_if_closed()
+        return await (self._readers or self._batcher).submit(op, arg)
 
     # --- conversations --------------------------------------------------------------------
 
     async def get_or_create_conversation(
         self, key: str, *, channel_key: str, title: str | None = None
     ) -> Conversation:
-        now = self._clock()
-
-        def body(db: sqlite3.Connection) -> Conversation:
-            db.execute(
-                "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
-                (key, channel_key, title, now, now),
-            )
-            found = rows.conversation_by(db, "key", key)
-            assert found is not None
-            return found
-
-        return await self._write(body)
+        return await self._write(GET_OR_CREATE, (key, channel_key, title, self._clock()))
 
     async def get_conversation(self, key: str) -> Conversation | None:
-        def body(db: sqlite3.Connection) -> Conversation | None:
-            return rows.conversation_by(db, "key", key)
+        async def body(db: Db) -> Conversation | None:
+            row = await fetchone(
+                db, f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE key = ?", (key,)
+            )
+            return None if row is None else rows.conversation_from(row)
 
         return await self._read(body)
 
     async def channel_conversations(self, channel_key: str, *, limit: int) -> list[Conversation]:
         """The channel's conversations, the most recently created first, at most `limit`."""
 
-        def body(db: sqlite3.Connection) -> list[Conversation]:
-            found = db.execute(
+        async def body(db: Db) -> list[Conversation]:
+            found = await fetchall(
+                db,
                 f"SELECT {rows.CONVERSATION_COLUMNS} FROM conversations WHERE channel_key = ? "
                 "ORDER BY id DESC LIMIT ?",
                 (channel_key, max(0, limit)),
-            ).fetchall()
+            )
             return [rows.conversation_from(row) for row in found]
 
         return await self._read(body)
@@ -243,25 +356,10 @@ class SqliteStore:
         settings: dict[str, Any] | None = None,
     ) -> Conversation:
         """Set the title and/or replace the settings; `None` leaves a field as it is."""
-        params = (
-            title,
-            None if settings is None else rows.dump_json(settings),
-            self._clock(),
-            conversation_id,
+        settings_json = None if settings is None else rows.dump_json(settings)
+        return await self._write(
+            UPDATE_CONVERSATION, (title, settings_json, self._clock(), conversation_id)
         )
-
-        def body(db: sqlite3.Connection) -> Conversation:
-            db.execute(
-                "UPDATE conversations SET title = COALESCE(?, title), "
-                "settings = COALESCE(?, settings), updated_at = ? WHERE id = ?",
-                params,
-            )
-            found = rows.conversation_by(db, "id", conversation_id)
-            if found is None:
-                raise KeyError(f"no conversation with id {conversation_id}")
-            return found
-
-        return await self._write(body)
 
     # --- messages -------------------------------------------------------------------------
 
@@ -281,44 +379,37 @@ class SqliteStore:
         """
         if usage is not None and run_id is None:
             raise ValueError("usage is recorded against a run: give run_id")
-        body_json = dump_message(message).decode()
-        now = self._clock()
-        charge = usage is not None and usage.total_tokens > 0
-
-        def body(db: sqlite3.Connection) -> StoredMessage:
-            if charge:  # first: an unknown run is a KeyError, as from record_usage
-                assert usage is not None and run_id is not None
-                rows.record_usage(db, run_id, usage, model, now)
-            seq = rows.append_message(db, conversation_id, message, body_json, run_id, now)
-            return StoredMessage(seq=seq, message=message)
-
-        return await self._write(body)
+        charge = usage if usage is not None and usage.total_tokens > 0 else None
+        call = AppendCall(
+            conversation_id,
+            message,
+            dump_message(message).decode(),
+            run_id,
+            charge,
+            model,
+            self._clock(),
+        )
+        return await self._write(APPEND if charge is None else APPEND_CHARGED, call)
 
     async def load(self, conversation_id: int) -> LoadedConversation:
         """The conversation, its latest compaction and every message after that compaction."""
-
-        def body(db: sqlite3.Connection) -> LoadedConversation:
-            conversation = rows.conversation_by(db, "id", conversation_id)
-            if conversation is None:
-                raise KeyError(f"no conversation with id {conversation_id}")
-            compaction = rows.latest_compaction(db, conversation_id)
-            after = compaction.up_to_seq if compaction else 0
-            messages = rows.messages_after(db, conversation_id, after)
-            return LoadedConversation(conversation, compaction, messages)
-
-        return await self._read(body)
+        return await self._read_op(LOAD, conversation_id)
 
     async def messages_after(self, conversation_id: int, seq: int) -> list[StoredMessage]:
         """Messages with a seq greater than `seq`, in order (none for an unknown id)."""
 
-        def body(db: sqlite3.Connection) -> list[StoredMessage]:
-            return rows.messages_after(db, conversation_id, seq)
+        async def body(db: Db) -> list[StoredMessage]:
+            return await messages_after_seq(db, conversation_id, seq)
 
         return await self._read(body)
 
     async def message_count(self, conversation_id: int) -> int:
-        def body(db: sqlite3.Connection) -> int:
-            row = rows.conversation_row(db, conversation_id, "last_seq")
+        async def body(db: Db) -> int:
+            row = await fetchone(
+                db, "SELECT last_seq FROM conversations WHERE id = ?", (conversation_id,)
+            )
+            if row is None:
+                raise KeyError(f"no conversation with id {conversation_id}")
             return int(row[0])
 
         return await self._read(body)
@@ -327,27 +418,14 @@ class SqliteStore:
 
     async def claim_delivery(self, delivery_id: str) -> bool:
         """True the first time `delivery_id` is claimed, False for every repeat (durably)."""
-        params = (delivery_id, self._clock())
-
-        def body(db: sqlite3.Connection) -> bool:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO deliveries (id, claimed_at) VALUES (?, ?)", params
-            )
-            return cursor.rowcount == 1
-
-        return await self._write(body)
+        return await self._write(CLAIM, (delivery_id, self._clock()))
 
     async def prune_deliveries(self, older_than_s: float) -> int:
         """Forget deliveries claimed more than `older_than_s` ago; return how many.
 
         Keep them at least as long as a platform retries (Slack: ~5 minutes).
         """
-        cutoff = self._clock() - older_than_s
-
-        def body(db: sqlite3.Connection) -> int:
-            return db.execute("DELETE FROM deliveries WHERE claimed_at < ?", (cutoff,)).rowcount
-
-        return await self._write(body)
+        return await self._write(PRUNE, self._clock() - older_than_s)
 
     # --- the inbox ------------------------------------------------------------------------
 
@@ -367,49 +445,23 @@ class SqliteStore:
         transaction, so a cancel or crash either loses nothing or did nothing (a retry of the
         same delivery is then accepted). None for a repeated `delivery_id`, or when any id in
         `also_claim` (more names of the same delivery) was claimed before."""
-        now = self._clock()
         claims = list(
             dict.fromkeys([*([delivery_id] if delivery_id is not None else []), *also_claim])
         )
-        body_json = dump_message(message).decode()
-        ref_json = rows.dump_json(surface_ref or {})
-        backfill_json = [(earlier, dump_message(earlier).decode()) for earlier in backfill]
-
-        def body(db: sqlite3.Connection) -> Accepted | None:
-            if claims and not rows.claim_all(db, claims, now):
-                return None
-            db.execute(
-                "INSERT INTO conversations (key, channel_key, title, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
-                (conversation_key, channel_key, title, now, now),
-            )
-            # New means nothing was ever said here: no history and nothing accepted before.
-            row = db.execute(
-                f"SELECT {rows.CONVERSATION_COLUMNS}, last_seq = 0 AND NOT EXISTS "
-                "(SELECT 1 FROM inbox WHERE inbox.conversation_id = conversations.id) "
-                "FROM conversations WHERE key = ?",
-                (conversation_key,),
-            ).fetchone()
-            conversation, created = rows.conversation_from(row), bool(row[-1])
-            if created:
-                for earlier, earlier_json in backfill_json:
-                    rows.append_message(db, conversation.id, earlier, earlier_json, None, now)
-            cursor = db.execute(
-                "INSERT INTO inbox (conversation_id, delivery_id, body, surface_ref, received_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (conversation.id, delivery_id, body_json, ref_json, now),
-            )
-            assert cursor.lastrowid is not None
-            item = InboxItem(
-                id=cursor.lastrowid,
-                conversation_id=conversation.id,
-                message=message,
-                surface_ref=json.loads(ref_json),
-                received_at=now,
-            )
-            return Accepted(conversation=conversation, item=item, created=created)
-
-        accepted = await self._write(body)
+        call = AcceptCall(
+            request=next(self._requests),
+            key=conversation_key,
+            channel_key=channel_key,
+            title=title,
+            claims=claims,
+            delivery_id=delivery_id,
+            message=message,
+            body_json=dump_message(message).decode(),
+            ref_json=rows.dump_json(surface_ref or {}),
+            backfill=[(earlier, dump_message(earlier).decode()) for earlier in backfill],
+            now=self._clock(),
+        )
+        accepted = await self._write(ACCEPT, call)
         if accepted is not None:  # committed: its id is final
             if len(self._accepted) >= _ACCEPTED_KEPT:
                 del self._accepted[next(iter(self._accepted))]
@@ -419,25 +471,29 @@ class SqliteStore:
     async def pending(self, conversation_id: int) -> list[InboxItem]:
         """Inbox items neither delivered nor dropped, in arrival order."""
 
-        def body(db: sqlite3.Connection) -> list[InboxItem]:
-            rows.conversation_row(db, conversation_id, "id")
-            found = db.execute(
-                "SELECT id, body, surface_ref, received_at FROM inbox "
-                "WHERE conversation_id = ? AND state = 'pending' ORDER BY id",
+        async def body(db: Db) -> list[InboxItem]:
+            found = await fetchall(
+                db,
+                "SELECT i.id, i.body, i.surface_ref, i.received_at FROM conversations c "
+                "LEFT JOIN inbox i ON i.conversation_id = c.id AND i.state = 'pending' "
+                "WHERE c.id = ? ORDER BY i.id",
                 (conversation_id,),
-            ).fetchall()
-            return [rows.inbox_item(conversation_id, row) for row in found]
+            )
+            if not found:
+                raise KeyError(f"no conversation with id {conversation_id}")
+            return [rows.inbox_item(conversation_id, row) for row in found if row[0] is not None]
 
         return await self._read(body)
 
     async def pending_conversations(self) -> list[int]:
         """Conversations with pending inbox items, the one waiting longest first."""
 
-        def body(db: sqlite3.Connection) -> list[int]:
-            found = db.execute(
+        async def body(db: Db) -> list[int]:
+            found = await fetchall(
+                db,
                 "SELECT conversation_id FROM inbox WHERE state = 'pending' "
-                "GROUP BY conversation_id ORDER BY MIN(id)"
-            ).fetchall()
+                "GROUP BY conversation_id ORDER BY MIN(id)",
+            )
             return [int(row[0]) for row in found]
 
         return await self._read(body)
@@ -448,30 +504,17 @@ class SqliteStore:
         """Append the pending items' messages to history in the order given and mark them
         delivered, in one transaction; items already settled are skipped."""
         ids = list(item_ids)
-        now = self._clock()
-        known = self._known(conversation_id, ids)
-
-        def body(db: sqlite3.Connection) -> list[StoredMessage]:
-            return rows.deliver_items(db, conversation_id, ids, known, run_id, now)
-
-        stored = await self._write(body)
+        delivery = Delivery(conversation_id, ids, self._known(conversation_id, ids))
+        one_known = len(ids) == 1 and len(delivery.known) == 1
+        call = DeliverCall(delivery, run_id, self._clock())
+        stored = await self._write(DELIVER_KNOWN_ONE if one_known else DELIVER, call)
         self._forget(ids)
         return stored
 
     async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
         """Mark pending items as not to be answered; they never enter history."""
         ids = list(item_ids)
-        now = self._clock()
-
-        def body(db: sqlite3.Connection) -> None:
-            rows.inbox_rows(db, conversation_id, ids)
-            db.executemany(
-                "UPDATE inbox SET state = 'dropped', settled_at = ?, reason = ? "
-                "WHERE id = ? AND state = 'pending'",
-                [(now, reason, item_id) for item_id in ids],
-            )
-
-        await self._write(body)
+        await self._write(DROP, (conversation_id, ids, reason, self._clock()))
         self._forget(ids)
 
     def _known(self, conversation_id: int, item_ids: list[int]) -> dict[int, Message]:
@@ -506,41 +549,18 @@ class SqliteStore:
         `deliver(conversation_id, items, run_id=<the new run>)` would (same order, same
         errors: an unknown item raises `KeyError` and no run is recorded).
         """
-        now = self._clock()
-        surface_json = rows.dump_json(surface_ref or {})
-        owner_json = rows.dump_json(owner or {})
         ids = list(deliver)
-        known = self._known(conversation_id, ids)
-
-        def body(db: sqlite3.Connection) -> RunRecord:
-            found = rows.conversation_row(db, conversation_id, "key, channel_key")
-            run_channel = found[1] if channel_key is None else channel_key
-            cursor = db.execute(
-                "INSERT INTO runs (conversation_id, outcome, started_at, user_id, channel_key, "
-                "model, surface_ref, owner) VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
-                (conversation_id, now, user_id, run_channel, model, surface_json, owner_json),
-            )
-            assert cursor.lastrowid is not None
-            if ids:
-                rows.deliver_items(db, conversation_id, ids, known, cursor.lastrowid, now)
-            # A new run has no ledger entries yet: its usage is zero without asking.
-            return RunRecord(
-                id=cursor.lastrowid,
-                conversation_id=conversation_id,
-                conversation_key=str(found[0]),
-                outcome="running",
-                started_at=now,
-                finished_at=None,
-                user_id=user_id,
-                channel_key=run_channel,
-                model=model,
-                usage=Usage(),
-                error=None,
-                surface_ref=json.loads(surface_json),
-                owner=json.loads(owner_json),
-            )
-
-        record = await self._write(body)
+        call = StartRunCall(
+            conversation_id=conversation_id,
+            user_id=user_id,
+            channel_key=channel_key,
+            model=model,
+            surface_json=rows.dump_json(surface_ref or {}),
+            owner_json=rows.dump_json(owner or {}),
+            delivery=Delivery(conversation_id, ids, self._known(conversation_id, ids)),
+            now=self._clock(),
+        )
+        record = await self._write(START_RUN_DELIVERING if ids else START_RUN, call)
         self._forget(ids)
         return record
 
@@ -554,39 +574,22 @@ class SqliteStore:
         """
         if outcome == "running" or outcome not in rows.OUTCOMES:
             raise ValueError(f"a run cannot finish as {outcome!r}")
-        params = (outcome, error, self._clock(), run_id, run_id)
-
-        def body(db: sqlite3.Connection) -> RunRecord:
-            db.execute(
-                "UPDATE runs SET outcome = ?, error = ?, finished_at = ?, "
-                "(input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd) "
-                f"= (SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE run_id = ?) "
-                "WHERE id = ? AND outcome = 'running'",
-                params,
-            )
-            return rows.run_by_id(db, run_id)
-
-        return await self._write(body)
+        return await self._write(FINISH_RUN, (run_id, outcome, error, self._clock()))
 
     async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
         """Replace where a run is shown (e.g. the message ts a surface learned on its first
         post), so that recovery after a restart can edit that message."""
-        ref_json = rows.dump_json(ref)
-
-        def body(db: sqlite3.Connection) -> RunRecord:
-            db.execute("UPDATE runs SET surface_ref = ? WHERE id = ?", (ref_json, run_id))
-            return rows.run_by_id(db, run_id)
-
-        return await self._write(body)
+        return await self._write(SURFACE_REF, (rows.dump_json(ref), run_id))
 
     async def running_runs(self) -> list[RunRecord]:
         """Runs still marked running, oldest first: at start-up, the ones a crash interrupted."""
 
-        def body(db: sqlite3.Connection) -> list[RunRecord]:
-            found = db.execute(
-                "SELECT id FROM runs WHERE outcome = 'running' ORDER BY started_at, id"
-            ).fetchall()
-            return [rows.run_by_id(db, int(row[0])) for row in found]
+        async def body(db: Db) -> list[RunRecord]:
+            found = await fetchall(
+                db,
+                f"SELECT {RUN_FIELDS} FROM runs WHERE outcome = 'running' ORDER BY started_at, id",
+            )
+            return [rows.run_record(row) for row in found]
 
         return await self._read(body)
 
@@ -600,43 +603,16 @@ class SqliteStore:
         details: dict[str, Any] | None = None,
     ) -> Compaction:
         """Store `summary` as standing in for messages 1..`up_to_seq` (which must exist)."""
-        now = self._clock()
-        details_json = rows.dump_json(details or {})
-
-        def body(db: sqlite3.Connection) -> Compaction:
-            row = rows.conversation_row(db, conversation_id, "last_seq")
-            last_seq = int(row[0])
-            if not 0 < up_to_seq <= last_seq:
-                raise ValueError(
-                    f"up_to_seq {up_to_seq} is outside the conversation's messages 1..{last_seq}"
-                )
-            cursor = db.execute(
-                "INSERT INTO compactions (conversation_id, summary, up_to_seq, details, "
-                "created_at) VALUES (?, ?, ?, ?, ?)",
-                (conversation_id, summary, up_to_seq, details_json, now),
-            )
-            assert cursor.lastrowid is not None
-            return Compaction(
-                id=cursor.lastrowid,
-                conversation_id=conversation_id,
-                summary=summary,
-                up_to_seq=up_to_seq,
-                created_at=now,
-                details=json.loads(details_json),
-            )
-
-        return await self._write(body)
+        call = CompactionCall(
+            conversation_id, summary, up_to_seq, rows.dump_json(details or {}), self._clock()
+        )
+        return await self._write(COMPACTION, call)
 
     # --- usage ledger ---------------------------------------------------------------------
 
     async def record_usage(self, run_id: int, usage: Usage, *, model: str | None = None) -> None:
         """Add one model reply's usage, attributed to the run's conversation, user and channel."""
-        now = self._clock()
-
-        def body(db: sqlite3.Connection) -> None:
-            rows.record_usage(db, run_id, usage, model, now)
-
-        await self._write(body)
+        await self._write(RECORD_USAGE, UsageCall(run_id, usage, model, self._clock()))
 
     async def usage_since(
         self,
@@ -660,8 +636,8 @@ class SqliteStore:
                 params.append(value)
         sql = f"SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE {' AND '.join(where)}"
 
-        def body(db: sqlite3.Connection) -> Usage:
-            return rows.usage_of(db.execute(sql, params).fetchone())
+        async def body(db: Db) -> Usage:
+            return rows.usage_of(await fetchone(db, sql, params))
 
         return await self._read(body)
 
@@ -674,7 +650,7 @@ class SqliteStore:
         channel_key: str | None = None,
     ) -> UsageSummary:
         """Usage, runs started and votes cast at or after `since`, narrowed by every filter
-        given (a vote is in scope when its run is), read in one snapshot."""
+        given (a vote is in scope when its run is), read in one statement (one snapshot)."""
         filters = {
             "conversation_id": conversation_id,
             "user_id": user_id,
@@ -686,20 +662,22 @@ class SqliteStore:
         def scope(table: str) -> str:
             return "".join(f" AND {table}.{column} = ?" for column in given)
 
-        ledger_sql = (
-            f"SELECT {rows.USAGE_SUMS} FROM usage_ledger WHERE at >= ?{scope('usage_ledger')}"
-        )
-        runs_sql = f"SELECT COUNT(*) FROM runs WHERE started_at >= ?{scope('runs')}"
-        votes_sql = (
-            "SELECT COALESCE(SUM(f.vote = 'up'), 0), COALESCE(SUM(f.vote = 'down'), 0) "
-            f"FROM run_feedback f JOIN runs ON runs.id = f.run_id WHERE f.at >= ?{scope('runs')}"
+        sql = (
+            f"SELECT * FROM (SELECT {rows.USAGE_SUMS} FROM usage_ledger "
+            f"WHERE at >= ?{scope('usage_ledger')}), "
+            f"(SELECT COUNT(*) FROM runs WHERE started_at >= ?{scope('runs')}), "
+            "(SELECT COALESCE(SUM(f.vote = 'up'), 0), COALESCE(SUM(f.vote = 'down'), 0) "
+            f"FROM run_feedback f JOIN runs ON runs.id = f.run_id WHERE f.at >= ?{scope('runs')})"
         )
 
-        def body(db: sqlite3.Connection) -> UsageSummary:
-            usage = rows.usage_of(db.execute(ledger_sql, params).fetchone())
-            (runs,) = db.execute(runs_sql, params).fetchone()
-            up, down = db.execute(votes_sql, params).fetchone()
-            return UsageSummary(usage=usage, runs=int(runs), votes_up=int(up), votes_down=int(down))
+        async def body(db: Db) -> UsageSummary:
+            row = await fetchone(db, sql, params * 3)
+            return UsageSummary(
+                usage=rows.usage_of(row[:5]),
+                runs=int(row[5]),
+                votes_up=int(row[6]),
+                votes_down=int(row[7]),
+            )
 
         return await self._read(body)
 
@@ -709,59 +687,23 @@ class SqliteStore:
         """Record (or with None withdraw) `user_id`'s vote on the run; its tally after."""
         if vote not in ("up", "down", None):
             raise ValueError(f"a vote is 'up', 'down' or None, not {vote!r}")
-        now = self._clock()
-
-        def body(db: sqlite3.Connection) -> FeedbackTally:
-            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-                raise KeyError(f"no run {run_id}")
-            if vote is None:
-                db.execute(
-                    "DELETE FROM run_feedback WHERE run_id = ? AND user_id = ?", (run_id, user_id)
-                )
-            else:
-                db.execute(
-                    "INSERT INTO run_feedback (run_id, user_id, vote, at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (run_id, user_id) DO UPDATE SET vote = excluded.vote, "
-                    "at = excluded.at",
-                    (run_id, user_id, vote, now),
-                )
-            up, down = db.execute(
-                "SELECT COALESCE(SUM(vote = 'up'), 0), COALESCE(SUM(vote = 'down'), 0) "
-                "FROM run_feedback WHERE run_id = ?",
-                (run_id,),
-            ).fetchone()
-            return FeedbackTally(up=int(up), down=int(down))
-
-        return await self._write(body)
+        return await self._write(FEEDBACK, (run_id, user_id, vote, self._clock()))
 
     async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
         """The channel's stored configuration, or None if none was ever set."""
-
-        def body(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute(
-                "SELECT config FROM channel_config WHERE channel_key = ?", (channel_key,)
-            ).fetchone()
-            return None if row is None else rows.load_json_object(row[0])
-
-        return await self._read(body)
+        return await self._read_op(CHANNEL_CONFIG_READ, channel_key)
 
     async def set_channel_config(
         self, channel_key: str, config: dict[str, Any], *, by: str | None
     ) -> None:
         """Replace the channel's stored configuration, recording who changed it and when."""
         config_json = rows.dump_json(config)  # raises TypeError before anything is written
-        now = self._clock()
+        await self._write(CHANNEL_CONFIG, (channel_key, config_json, by, self._clock()))
 
-        def body(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO channel_config (channel_key, config, updated_by, updated_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (channel_key) DO UPDATE SET "
-                "config = excluded.config, updated_by = excluded.updated_by, "
-                "updated_at = excluded.updated_at",
-                (channel_key, config_json, by, now),
-            )
 
-        await self._write(body)
+def _stop_all(connections: list[Db]) -> None:
+    for connection in connections:
+        connection.stop()
 
 
 if TYPE_CHECKING:
