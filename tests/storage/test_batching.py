@@ -28,6 +28,13 @@ from storage.sqlite_ops import SqliteTransactions
 T = TypeVar("T")
 
 
+@pytest.fixture
+def store(sqlite_store: SqliteStore) -> SqliteStore:
+    """These tests read the SQLite store's own connections: SQLite only, whatever backends the
+    contract suite runs on."""
+    return sqlite_store
+
+
 async def traced(db: aiosqlite.Connection) -> list[str]:
     """Every statement `db` runs from now on (with its values). SQLite traces a statement
     again for each statement its triggers run: those repeats are left out."""
