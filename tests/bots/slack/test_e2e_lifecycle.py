@@ -20,7 +20,10 @@ REPO = Path(__file__).resolve().parents[3]
 async def test_an_assistant_thread_gets_prompts_a_title_a_status_and_an_answer(
     fake_slack: FakeSlack, tmp_path: Path
 ) -> None:
-    model = ScriptedModel([Reply(thinking="Which channel?", text="Here is the summary.")])
+    # Slow enough (over the surface's working delay, ~1 s) for the status line to show.
+    model = ScriptedModel(
+        [Reply(thinking="Which channel?", text="Here is the summary.", latency_s=1.2)]
+    )
     async with running(fake_slack, tmp_path, model, mode="socket") as app:
         started = {
             "type": "assistant_thread_started",

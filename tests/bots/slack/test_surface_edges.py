@@ -4,10 +4,12 @@ Block Kit helpers."""
 
 from __future__ import annotations
 
+import asyncio
+
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack import blocks
-from bots.slack.surface import SlackFeatures, SlackSurface, SurfaceOptions
+from bots.slack.surface import DONE_REACTION, SlackFeatures, SlackSurface, SurfaceOptions
 from bots.surface import Notice
 from tests.bots.slack.surface_script import (
     ALICE,
@@ -38,26 +40,107 @@ def message_writes(fake: FakeSlack) -> int:
     return sum(len(fake.calls_to(method)) for method in WRITES)
 
 
-async def test_a_short_answer_takes_at_most_two_message_writes(
+async def test_a_quick_answer_takes_at_most_three_calls_and_no_eyes(
     fake_slack: FakeSlack, slack_client: AsyncWebClient
 ) -> None:
     for streaming in (False, True):
-        fake_slack.calls.clear()
-        surface, question = make_surface(slack_client, fake_slack, streaming=streaming)
+        surface, question = make_surface(
+            slack_client, fake_slack, streaming=streaming, status_line=True, working_delay_s=3600
+        )
         fake_slack.calls.clear()
         await surface.emit(started())
         reply = Reply()
+        await surface.emit(reply.thinking("hmm"))
         await surface.emit(reply.text("Hi Alice, "))
         await surface.emit(reply.text("here you are."))
         await surface.emit(reply.end())
         await surface.emit(finished("Hi Alice, here you are."))
         await surface.close()
-        writes = message_writes(fake_slack)
-        assert 1 <= writes <= 2 + (0 if streaming else 1)  # +1: the failed startStream probe
-        reactions = fake_slack.calls_to("reactions.add") + fake_slack.calls_to("reactions.remove")
-        assert len(reactions) == 3  # 👀 on, 👀 off, ✅ on
+        methods = [call.method for call in fake_slack.calls]
+        probe = 0 if streaming else 1  # the refused startStream, once per app
+        assert len(methods) - probe <= 3, methods  # its message writes and ✅, nothing else
+        assert "reactions.remove" not in methods
+        assert "assistant.threads.setStatus" not in methods
+        assert fake_slack.calls_to("reactions.add")[0].args["name"] == DONE_REACTION
+        assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
         [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
         assert markdown_of(answer) == "Hi Alice, here you are."
+
+
+async def test_a_slow_answer_shows_eyes_then_done_within_three_calls_plus_one_per_interval(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # Nothing is visible when the working delay passes (0 here: at once), so 👀 goes on; then
+    # the text streams, at most one write per update interval (a second in production).
+    surface, question = make_surface(slack_client, fake_slack, streaming=True)
+    fake_slack.calls.clear()
+    await surface.emit(started())
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == ["eyes"]
+    reply = Reply()
+    chunks = ["One. ", "Two. ", "Three. ", "Four."]
+    for count, chunk in enumerate(chunks, start=1):
+        await surface.emit(reply.text(chunk))
+        await fake_slack.wait_for(
+            lambda f, n=count: (
+                len(f.calls_to("chat.startStream") + f.calls_to("chat.appendStream")) == n
+            )
+        )
+    await surface.emit(reply.end())
+    await surface.emit(finished("One. Two. Three. Four."))
+    await surface.close()
+    methods = [call.method for call in fake_slack.calls]
+    assert methods == [
+        "reactions.add",
+        "chat.startStream",
+        *["chat.appendStream"] * (len(chunks) - 1),
+        "chat.stopStream",
+        "reactions.remove",
+        "reactions.add",
+    ]
+    # The run lasted the working delay (1 s in production) + one interval per append, and
+    # ended within the next one: 3 + 1 per (started) interval.
+    intervals = 1 + (len(chunks) - 1) + 1
+    assert len(methods) <= 3 + intervals
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["text"] == "One. Two. Three. Four."
+
+
+async def test_eyes_are_skipped_when_the_answer_is_already_visible(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, _question = make_surface(
+        slack_client, fake_slack, streaming=True, working_delay_s=3600
+    )
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("Already here"))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    while surface.ref["stream_ts"] is None:  # noqa: ASYNC110 (the surface reads the answer)
+        await asyncio.sleep(0.01)
+    await surface._show_working()  # what the working delay's timer runs (no waiting on a clock)
+    await surface.emit(reply.end())
+    await surface.emit(finished("Already here"))
+    await surface.close()
+    assert "reactions.remove" not in [call.method for call in fake_slack.calls]
+    assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
+
+
+async def test_eyes_in_flight_when_the_answer_ends_are_still_taken_away(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(
+        slack_client, fake_slack, streaming=False, working_delay_s=0.01
+    )
+    fake_slack.delay("reactions.add", 0.2)  # 👀 is still on its way when the run ends
+    await surface.emit(started())
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("reactions.add")))
+    fake_slack.delay("reactions.add", 0)
+    await surface.emit(finished("Done quickly."))
+    await surface.close()
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert markdown_of(answer) == "Done quickly."
 
 
 async def test_beside_a_stream_the_stop_message_goes_away_when_no_tool_ran(
