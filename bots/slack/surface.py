@@ -167,6 +167,8 @@ class SlackSurface:
         self._last_progress: tuple[Any, ...] | None = None
         self._quiet_until = 0.0  # no progress writes before this (monotonic), after a 429
         self._activity_due = False
+        self._activity_deferred = False
+        self._stream_starting = False  # chat.startStream sent, its answer not read yet
         self._activity_timer: asyncio.TimerHandle | None = None
         self._working_timer: asyncio.TimerHandle | None = None
         self._working_task: asyncio.Task[None] | None = None
@@ -323,12 +325,31 @@ class SlackSurface:
         self._status_allowed = True
         if self._status_wanted:
             self._status_throttle.request()
-        visible = self._out.progress_ts is not None or self._out.stream_ts is not None
-        if self._options.reactions and self._message_ts is not None and not visible:
+        if self._options.reactions and self._message_ts is not None and not self._showing():
             self._working_shown = True
             await self._react(WORKING_REACTION, add=True)
 
+    def _showing(self) -> bool:
+        """Some of the answer is on screen, or on its way there (its text exists, so the
+        next flush shows it): no 👀 needed."""
+        return (
+            self._out.progress_ts is not None
+            or self._out.stream_ts is not None
+            or self._stream_starting
+            or bool(self._texts)
+            or (self._current is not None and bool(self._current.text().strip()))
+        )
+
     def _activity(self) -> None:
+        self._activity_timer = None
+        streaming = self._native and (self._out.stream_ts is not None or self._stream_starting)
+        if streaming and not self._tools and not self._activity_deferred:
+            # The answer shows as it is written: the Stop button waits one more delay, so an
+            # answer streamed within it costs no extra message (posted, then deleted).
+            self._activity_deferred = True
+            loop = asyncio.get_running_loop()
+            self._activity_timer = loop.call_later(self._options.activity_delay_s, self._activity)
+            return
         self._activity_due = True
         self._throttle.request()
 
@@ -403,6 +424,7 @@ class SlackSurface:
             if not self._channel.startswith("D"):  # Slack needs a recipient in channels
                 arguments["recipient_user_id"] = self._user_id
                 arguments["recipient_team_id"] = self._team_id
+            self._stream_starting = True
             try:
                 response = await self._call(
                     self._client.chat_startStream, wait_on_429=False, **arguments
@@ -427,6 +449,8 @@ class SlackSurface:
                 self._out.stream_ts = await self._find_message(lambda m: m.get("text") == chunk)
                 self._stream_broken = True
                 return
+            finally:
+                self._stream_starting = False
             self._out.stream_ts = str(response["ts"])
             self._streamed = chunk
             return

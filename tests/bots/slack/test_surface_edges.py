@@ -430,3 +430,63 @@ def test_a_ref_round_trips_and_foreign_or_broken_refs_give_no_surface(
     assert surface is not None and surface.ref == ref
     for broken in ({}, {"platform": "terminal"}, {**ref, "channel": 5}, {**ref, "thread_ts": None}):
         assert SlackSurface.from_ref(slack_client, broken) is None
+
+
+async def test_no_eyes_once_the_answer_has_text_even_before_it_is_posted(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, working_delay_s=3600)
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("On its way"))
+    await surface._show_working()  # the working delay passes before the first flush ran
+    await surface.emit(reply.end())
+    await surface.emit(finished("On its way"))
+    await surface.close()
+    assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
+
+
+async def start_streaming(surface: SlackSurface, fake: FakeSlack, reply: Reply) -> None:
+    await surface.emit(started())
+    await surface.emit(reply.text("Streaming along"))
+    await fake.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    while surface.ref["stream_ts"] is None:  # noqa: ASYNC110 (the surface reads the answer)
+        await asyncio.sleep(0.01)
+
+
+async def test_a_stream_ending_within_one_more_activity_delay_posts_no_stop_message(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, working_delay_s=3600)
+    reply = Reply()
+    await start_streaming(surface, fake_slack, reply)
+    surface._activity()  # the activity delay passes while the text shows: deferred once
+    await surface.emit(reply.text(", done"))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.appendStream")))
+    await surface.emit(reply.end())
+    await surface.emit(finished("Streaming along, done"))
+    await surface.close()
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["text"] == "Streaming along, done"
+    assert not fake_slack.calls_to("chat.postMessage") and not fake_slack.deleted
+
+
+async def test_a_stream_still_going_after_two_activity_delays_gets_its_stop_button(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, working_delay_s=3600)
+    reply = Reply()
+    await start_streaming(surface, fake_slack, reply)
+    surface._activity()
+    surface._activity()  # still going a delay later: now the Stop button shows
+    await fake_slack.wait_for(
+        lambda f: any(has_stop(m) for m in f.bot_replies(CHANNEL, question["ts"]))
+    )
+    await surface.emit(reply.text(", still going"))
+    await surface.emit(reply.end())
+    await surface.emit(finished("Streaming along, still going"))
+    await surface.close()
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["text"] == "Streaming along, still going"
+    assert len(fake_slack.deleted) == 1 and has_stop(fake_slack.deleted[0])
