@@ -5,10 +5,12 @@ earlier runs' refs, for recovery), `SlackFeatures` (what this workspace supports
 and shared by every surface of an app) and `SurfaceOptions`.
 
 How an answer looks:
-- 👀 on the person's message at once; at the end ✅ (answered), ⏹️ (`black_square_for_stop`:
-  stopped) or ❌ (`x`: failed or interrupted by a restart).
-- The assistant status line ("thinking…", "running grep…") where the workspace has it;
-  thinking is shown as status, never as text.
+- At the end ✅ (answered), ⏹️ (`black_square_for_stop`: stopped) or ❌ (`x`: failed or
+  interrupted by a restart) on the person's message. 👀 only for a slow answer: when nothing
+  of it is visible after `working_delay_s` (about a second), so that a quick answer costs two
+  or three calls (its message writes and ✅) instead of five.
+- The assistant status line ("thinking…", "running grep…") where the workspace has it, from
+  `working_delay_s` on; thinking is shown as status, never as text.
 - Text streams natively (chat.startStream / appendStream / stopStream) where Slack allows it,
   else into one in-progress message updated at most about once a second (`bots.throttle`).
 - The in-progress message carries a Stop button (the run id in its value) and one legacy
@@ -106,6 +108,7 @@ class SurfaceOptions:
     usage_footer: bool = False
     update_interval_s: float = 1.0  # Slack allows about one update per second per message
     activity_delay_s: float = 2.0  # post the in-progress message (Stop button) after this
+    working_delay_s: float = 1.0  # 👀 and the status line only for a run still going by then
     reactions: bool = True
 
 
@@ -164,7 +167,13 @@ class SlackSurface:
         self._last_progress: tuple[Any, ...] | None = None
         self._quiet_until = 0.0  # no progress writes before this (monotonic), after a 429
         self._activity_due = False
+        self._activity_deferred = False
+        self._stream_starting = False  # chat.startStream sent, its answer not read yet
         self._activity_timer: asyncio.TimerHandle | None = None
+        self._working_timer: asyncio.TimerHandle | None = None
+        self._working_task: asyncio.Task[None] | None = None
+        self._working_shown = False  # 👀 was (or is being) added: it must go at the end
+        self._status_allowed = False  # the status line waits for `working_delay_s`
         self._shown_notices: set[str] = set()
         self._status_wanted = ""
         self._status_sent = ""
@@ -296,20 +305,59 @@ class SlackSurface:
         self._run_id = event.run_id
         if event.author is not None and self._user_id is None:
             self._user_id = _user_id(event.author)
-        if self._options.reactions and self._message_ts is not None:
-            await self._react(WORKING_REACTION, add=True)
-        # No status yet: thinking or a tool call sets it, so a plain quick answer costs none.
+        # No 👀 and no status yet: a quick answer is its own acknowledgement.
         loop = asyncio.get_running_loop()
+        if self._options.working_delay_s <= 0:
+            await self._show_working()
+        else:
+            self._working_timer = loop.call_later(self._options.working_delay_s, self._working_due)
         self._activity_timer = loop.call_later(self._options.activity_delay_s, self._activity)
 
+    def _working_due(self) -> None:
+        self._working_timer = None
+        self._working_task = asyncio.create_task(self._show_working(), name="slack-working")
+
+    async def _show_working(self) -> None:
+        """The run is slow: the status line may show from now on, and 👀 says "seen" if no
+        part of the answer is visible yet."""
+        if self._finishing:
+            return
+        self._status_allowed = True
+        if self._status_wanted:
+            self._status_throttle.request()
+        if self._options.reactions and self._message_ts is not None and not self._showing():
+            self._working_shown = True
+            await self._react(WORKING_REACTION, add=True)
+
+    def _showing(self) -> bool:
+        """Some of the answer is on screen, or on its way there (its text exists, so the
+        next flush shows it): no 👀 needed."""
+        return (
+            self._out.progress_ts is not None
+            or self._out.stream_ts is not None
+            or self._stream_starting
+            or bool(self._texts)
+            or (self._current is not None and bool(self._current.text().strip()))
+        )
+
     def _activity(self) -> None:
+        self._activity_timer = None
+        streaming = self._native and (self._out.stream_ts is not None or self._stream_starting)
+        if streaming and not self._tools and not self._activity_deferred:
+            # The answer shows as it is written: the Stop button waits one more delay, so an
+            # answer streamed within it costs no extra message (posted, then deleted).
+            self._activity_deferred = True
+            loop = asyncio.get_running_loop()
+            self._activity_timer = loop.call_later(self._options.activity_delay_s, self._activity)
+            return
         self._activity_due = True
         self._throttle.request()
 
     def _cancel_timer(self) -> None:
-        if self._activity_timer is not None:
-            self._activity_timer.cancel()
-            self._activity_timer = None
+        for timer in (self._activity_timer, self._working_timer):
+            if timer is not None:
+                timer.cancel()
+        self._activity_timer = self._working_timer = None
 
     # -- while it works --------------------------------------------------------------------------
 
@@ -376,6 +424,7 @@ class SlackSurface:
             if not self._channel.startswith("D"):  # Slack needs a recipient in channels
                 arguments["recipient_user_id"] = self._user_id
                 arguments["recipient_team_id"] = self._team_id
+            self._stream_starting = True
             try:
                 response = await self._call(
                     self._client.chat_startStream, wait_on_429=False, **arguments
@@ -400,6 +449,8 @@ class SlackSurface:
                 self._out.stream_ts = await self._find_message(lambda m: m.get("text") == chunk)
                 self._stream_broken = True
                 return
+            finally:
+                self._stream_starting = False
             self._out.stream_ts = str(response["ts"])
             self._streamed = chunk
             return
@@ -437,7 +488,8 @@ class SlackSurface:
             and self._run_id is not None
         ):
             self._status_wanted = status
-            self._status_throttle.request()
+            if self._status_allowed:
+                self._status_throttle.request()
 
     async def _flush_status(self) -> None:
         wanted = self._status_wanted
@@ -527,6 +579,8 @@ class SlackSurface:
         self._finished = True
         self._finishing = True
         self._cancel_timer()
+        if self._working_task is not None:  # a 👀 in flight lands before it is taken away
+            await self._working_task
         await self._throttle.close()  # an update in flight completes; nothing new starts
         self._run_id = self._run_id or event.run_id
         body = self._final_text(event)
@@ -546,7 +600,8 @@ class SlackSurface:
             await self._status_throttle.close()
             await self._clear_status()
             if self._options.reactions and self._message_ts is not None:
-                await self._react(WORKING_REACTION, add=False)
+                if self._working_shown or self._recovered:  # (an earlier process's 👀)
+                    await self._react(WORKING_REACTION, add=False)
                 await self._react(_final_reaction(event.outcome), add=True)
 
     def _final_text(self, event: RunFinished) -> str:

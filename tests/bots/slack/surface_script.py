@@ -101,8 +101,12 @@ def make_surface(
     usage_footer: bool = False,
     sleeps: list[float] | None = None,
     channel: str = CHANNEL,
+    working_delay_s: float = 0.0,
+    update_interval_s: float = 0.02,
 ) -> tuple[SlackSurface, dict[str, Any]]:
-    """A surface for a fresh mention of Alice's in `channel`; returns it and her message."""
+    """A surface for a fresh mention of Alice's in `channel`; returns it and her message.
+    `working_delay_s` 0 (the default): every run counts as slow, 👀 and the status line at
+    once; a large value: a quick answer, which never shows them."""
     fake.streaming_error = None if streaming else "unknown_method"
     question = fake.seed_message(channel, "<@UBOT> question", user=ALICE.id)
 
@@ -119,7 +123,10 @@ def make_surface(
         user_id=ALICE.id,
         features=SlackFeatures(streaming=True, status_line=status_line),
         options=SurfaceOptions(
-            usage_footer=usage_footer, update_interval_s=0.02, activity_delay_s=3600
+            usage_footer=usage_footer,
+            update_interval_s=update_interval_s,
+            activity_delay_s=3600,
+            working_delay_s=working_delay_s,
         ),
         sleep=no_wait,
     )

@@ -4,10 +4,13 @@ Block Kit helpers."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack import blocks
-from bots.slack.surface import SlackFeatures, SlackSurface, SurfaceOptions
+from bots.slack.surface import DONE_REACTION, SlackFeatures, SlackSurface, SurfaceOptions
 from bots.surface import Notice
 from tests.bots.slack.surface_script import (
     ALICE,
@@ -38,26 +41,107 @@ def message_writes(fake: FakeSlack) -> int:
     return sum(len(fake.calls_to(method)) for method in WRITES)
 
 
-async def test_a_short_answer_takes_at_most_two_message_writes(
+def stream_writes_reach(count: int, fake: FakeSlack) -> bool:
+    return len(fake.calls_to("chat.startStream") + fake.calls_to("chat.appendStream")) >= count
+
+
+async def test_a_quick_answer_takes_at_most_three_calls_and_no_eyes(
     fake_slack: FakeSlack, slack_client: AsyncWebClient
 ) -> None:
     for streaming in (False, True):
-        fake_slack.calls.clear()
-        surface, question = make_surface(slack_client, fake_slack, streaming=streaming)
+        surface, question = make_surface(
+            slack_client, fake_slack, streaming=streaming, status_line=True, working_delay_s=3600
+        )
         fake_slack.calls.clear()
         await surface.emit(started())
         reply = Reply()
+        await surface.emit(reply.thinking("hmm"))
         await surface.emit(reply.text("Hi Alice, "))
         await surface.emit(reply.text("here you are."))
         await surface.emit(reply.end())
         await surface.emit(finished("Hi Alice, here you are."))
         await surface.close()
-        writes = message_writes(fake_slack)
-        assert 1 <= writes <= 2 + (0 if streaming else 1)  # +1: the failed startStream probe
-        reactions = fake_slack.calls_to("reactions.add") + fake_slack.calls_to("reactions.remove")
-        assert len(reactions) == 3  # 👀 on, 👀 off, ✅ on
+        methods = [call.method for call in fake_slack.calls]
+        probe = 0 if streaming else 1  # the refused startStream, once per app
+        assert len(methods) - probe <= 3, methods  # its message writes and ✅, nothing else
+        assert "reactions.remove" not in methods
+        assert "assistant.threads.setStatus" not in methods
+        assert fake_slack.calls_to("reactions.add")[0].args["name"] == DONE_REACTION
+        assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
         [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
         assert markdown_of(answer) == "Hi Alice, here you are."
+
+
+async def test_a_slow_answer_shows_eyes_then_done_within_three_calls_plus_one_per_interval(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # Nothing is visible when the working delay passes (0 here: at once), so 👀 goes on; then
+    # the text streams, at most one write per update interval (a second in production).
+    surface, question = make_surface(slack_client, fake_slack, streaming=True)
+    fake_slack.calls.clear()
+    await surface.emit(started())
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == ["eyes"]
+    reply = Reply()
+    chunks = ["One. ", "Two. ", "Three. ", "Four."]
+    for count, chunk in enumerate(chunks, start=1):
+        await surface.emit(reply.text(chunk))
+        await fake_slack.wait_for(functools.partial(stream_writes_reach, count))
+    await surface.emit(reply.end())
+    await surface.emit(finished("One. Two. Three. Four."))
+    await surface.close()
+    methods = [call.method for call in fake_slack.calls]
+    assert methods == [
+        "reactions.add",
+        "chat.startStream",
+        *["chat.appendStream"] * (len(chunks) - 1),
+        "chat.stopStream",
+        "reactions.remove",
+        "reactions.add",
+    ]
+    # The run lasted the working delay (1 s in production) + one interval per append, and
+    # ended within the next one: 3 + 1 per (started) interval.
+    intervals = 1 + (len(chunks) - 1) + 1
+    assert len(methods) <= 3 + intervals
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["text"] == "One. Two. Three. Four."
+
+
+async def test_eyes_are_skipped_when_the_answer_is_already_visible(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, _question = make_surface(
+        slack_client, fake_slack, streaming=True, working_delay_s=3600
+    )
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("Already here"))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    while surface.ref["stream_ts"] is None:  # noqa: ASYNC110 (the surface reads the answer)
+        await asyncio.sleep(0.01)
+    await surface._show_working()  # what the working delay's timer runs (no waiting on a clock)
+    await surface.emit(reply.end())
+    await surface.emit(finished("Already here"))
+    await surface.close()
+    assert "reactions.remove" not in [call.method for call in fake_slack.calls]
+    assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
+
+
+async def test_eyes_in_flight_when_the_answer_ends_are_still_taken_away(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(
+        slack_client, fake_slack, streaming=False, working_delay_s=0.01
+    )
+    fake_slack.delay("reactions.add", 0.2)  # 👀 is still on its way when the run ends
+    await surface.emit(started())
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("reactions.add")))
+    fake_slack.delay("reactions.add", 0)
+    await surface.emit(finished("Done quickly."))
+    await surface.close()
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert markdown_of(answer) == "Done quickly."
 
 
 async def test_beside_a_stream_the_stop_message_goes_away_when_no_tool_ran(
@@ -346,3 +430,63 @@ def test_a_ref_round_trips_and_foreign_or_broken_refs_give_no_surface(
     assert surface is not None and surface.ref == ref
     for broken in ({}, {"platform": "terminal"}, {**ref, "channel": 5}, {**ref, "thread_ts": None}):
         assert SlackSurface.from_ref(slack_client, broken) is None
+
+
+async def test_no_eyes_once_the_answer_has_text_even_before_it_is_posted(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, working_delay_s=3600)
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("On its way"))
+    await surface._show_working()  # the working delay passes before the first flush ran
+    await surface.emit(reply.end())
+    await surface.emit(finished("On its way"))
+    await surface.close()
+    assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
+
+
+async def start_streaming(surface: SlackSurface, fake: FakeSlack, reply: Reply) -> None:
+    await surface.emit(started())
+    await surface.emit(reply.text("Streaming along"))
+    await fake.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    while surface.ref["stream_ts"] is None:  # noqa: ASYNC110 (the surface reads the answer)
+        await asyncio.sleep(0.01)
+
+
+async def test_a_stream_ending_within_one_more_activity_delay_posts_no_stop_message(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, working_delay_s=3600)
+    reply = Reply()
+    await start_streaming(surface, fake_slack, reply)
+    surface._activity()  # the activity delay passes while the text shows: deferred once
+    await surface.emit(reply.text(", done"))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.appendStream")))
+    await surface.emit(reply.end())
+    await surface.emit(finished("Streaming along, done"))
+    await surface.close()
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["text"] == "Streaming along, done"
+    assert not fake_slack.calls_to("chat.postMessage") and not fake_slack.deleted
+
+
+async def test_a_stream_still_going_after_two_activity_delays_gets_its_stop_button(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    surface, question = make_surface(slack_client, fake_slack, working_delay_s=3600)
+    reply = Reply()
+    await start_streaming(surface, fake_slack, reply)
+    surface._activity()
+    surface._activity()  # still going a delay later: now the Stop button shows
+    await fake_slack.wait_for(
+        lambda f: any(has_stop(m) for m in f.bot_replies(CHANNEL, question["ts"]))
+    )
+    await surface.emit(reply.text(", still going"))
+    await surface.emit(reply.end())
+    await surface.emit(finished("Streaming along, still going"))
+    await surface.close()
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["text"] == "Streaming along, still going"
+    assert len(fake_slack.deleted) == 1 and has_stop(fake_slack.deleted[0])
