@@ -372,8 +372,15 @@ class TeammateBot(commands.Bot):
         if not self._first_delivery(context.delivery_id):
             return
         # Within Discord's 3 seconds: "Teammate is thinking…" shows until the answer streams.
-        await interaction.response.defer(thinking=True)
-        original = await interaction.original_response()
+        callback = await interaction.response.defer(thinking=True)
+        # The callback's answer carries the "thinking" message: no GET of @original per /ask
+        # (under load every request competes with the next interaction's defer).
+        resource = callback.resource if callback is not None else None
+        original = (
+            resource
+            if isinstance(resource, discord.InteractionMessage)
+            else await interaction.original_response()
+        )
         channel = interaction.channel
         if channel is None or not isinstance(channel, discord.abc.Messageable):
             return
