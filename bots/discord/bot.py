@@ -70,6 +70,7 @@ THREAD_EXISTS = 160004  # "A thread has already been created for this message"
 NOT_HERE_TEXT = "There's no conversation here yet: mention me or use /ask."
 STOPPED_TEXT = "Stopped."
 IDLE_TEXT = "Nothing is running here."
+RESTARTING_TEXT = "I'm restarting; ask again in a minute."
 FEEDBACK_TEXT = "Thanks for the feedback."
 UNKNOWN_RUN_TEXT = "I no longer know that answer, so the vote was not kept."
 NO_THREADS_TEXT = (
@@ -114,6 +115,7 @@ class TeammateBot(commands.Bot):
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._not_ours: OrderedDict[str, None] = OrderedDict()  # keys the store doesn't know
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False  # a graceful stop began: no new conversations or runs
         self.configs = ChannelConfigs(runner.store, settings)
         self._add_commands()
 
@@ -139,6 +141,20 @@ class TeammateBot(commands.Bot):
         )
         log.info("Discord: logged in as %s, %s", self.user, mode)
 
+    async def stop_taking_work(self, *, grace_s: float) -> None:
+        """A graceful stop: new messages and `/ask` are no longer taken; messages already
+        being handed to the runner are, and answers in progress get up to `grace_s`."""
+        self._closing = True
+        if grace_s <= 0:
+            return
+        pending = [task for task in self._tasks if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=grace_s)
+        try:
+            await asyncio.wait_for(self.runner.wait_all(), grace_s)
+        except TimeoutError:
+            log.info("answers still running after %.0f s; they will be stopped", grace_s)
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
@@ -147,7 +163,7 @@ class TeammateBot(commands.Bot):
     # -- messages ----------------------------------------------------------------------------
 
     async def on_message(self, message: discord.Message) -> None:
-        if self.user is None:
+        if self.user is None or self._closing:
             return
         payload = message_payload(message)
         parent = _thread_parent(message.channel)
@@ -370,6 +386,9 @@ class TeammateBot(commands.Bot):
         if await self._refused(interaction, context):
             return
         if not self._first_delivery(context.delivery_id):
+            return
+        if self._closing:
+            await interaction.response.send_message(RESTARTING_TEXT, ephemeral=True)
             return
         # Within Discord's 3 seconds: "Teammate is thinking…" shows until the answer streams.
         callback = await interaction.response.defer(thinking=True)
