@@ -92,7 +92,7 @@ async def test_doctor_checks_the_token_and_says_the_intent_mode(
 def readme_permissions() -> set[str]:
     """The permissions the README's Discord section lists, as discord.Permissions names."""
     text = " ".join(README.read_text().split())
-    listed = text.split("permissions in the channels it serves: ", 1)[1].split(".", 1)[0]
+    listed = text.split("exactly these permissions: ", 1)[1].split(".", 1)[0]
     return {name.strip().lower().replace(" ", "_") for name in listed.split(",")}
 
 
