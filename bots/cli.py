@@ -1,4 +1,5 @@
-"""The `teammate` command: `chat`, `ask`, `serve`, `slack` (and `slack manifest`), `doctor`.
+"""The `teammate` command: `chat`, `ask`, `serve`, `slack` (and `slack manifest`), `discord`
+(and `discord invite`), `doctor`.
 
 Owns: the argument parser, loading settings once (command-line overrides first), exit statuses,
 and turning expected failures (a missing key, an invalid setting) into one line on stderr.
@@ -29,6 +30,14 @@ from bots.app import (
     require_model_credentials,
     setup_logging,
     uses_anthropic,
+)
+from bots.discord_platform import (
+    DiscordCheckError,
+    application_id,
+    check_discord,
+    discord_configured,
+    invite_url,
+    require_discord,
 )
 from bots.errors import new_reference
 from bots.serve import (
@@ -79,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
             "  teammate ask 'what is in README.md?'\n"
             "  git diff | teammate ask -          the prompt from stdin\n"
             "  teammate --model scripted ask hi   a demo without an API key\n"
-            "  teammate serve                     every configured chat platform (Slack)\n"
+            "  teammate serve                     every configured chat platform\n"
             "  teammate slack manifest            the Slack app to create, ready to paste\n"
+            "  teammate discord invite            the link that adds the Discord bot\n"
             "  teammate doctor                    check the configuration"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -150,6 +160,29 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("--request-url", metavar="URL", help="HTTP mode's public URL")
     manifest.add_argument("--name", default="Teammate", help="the app's name (default Teammate)")
 
+    discord = commands.add_parser(
+        "discord",
+        help="run Teammate in Discord (DISCORD_BOT_TOKEN)",
+        description=(
+            "Connect to Discord's gateway with DISCORD_BOT_TOKEN (DISCORD_API_URL and "
+            "DISCORD_GATEWAY_URL: a Discord-compatible server). `teammate discord invite` "
+            "prints the link that adds the bot to a server with the permissions it needs."
+        ),
+    )
+    _global_options(discord, default=argparse.SUPPRESS)
+    _grace_option(discord)
+    discord_commands = discord.add_subparsers(dest="discord_command", metavar="invite")
+    invite = discord_commands.add_parser(
+        "invite",
+        help="print the invite URL (bot and applications.commands, the permissions needed)",
+        description=(
+            "Print the URL that adds the bot to a server: the bot and applications.commands "
+            "scopes and exactly the permissions Teammate needs. The application id comes from "
+            "--application-id, else from DISCORD_BOT_TOKEN (GET /oauth2/applications/@me)."
+        ),
+    )
+    invite.add_argument("--application-id", metavar="ID", help="the application's id")
+
     doctor = commands.add_parser(
         "doctor",
         help="check configuration, storage, model access and tools",
@@ -201,6 +234,10 @@ def _http_options(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_HTTP_PORT,
         help=f"HTTP mode: the port ({DEFAULT_HTTP_PORT}; 0 picks a free one)",
     )
+    _grace_option(parser)
+
+
+def _grace_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grace",
         type=float,
@@ -233,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "slack" and args.slack_command == "manifest":
             return _print_manifest(args)
         settings = _load(args)
-        if args.command in ("serve", "slack"):
+        if args.command == "discord" and args.discord_command == "invite":
+            return asyncio.run(_print_invite(settings, args.application_id))
+        if args.command in ("serve", "slack", "discord"):
             return _serve(args, settings)
         if args.command == "ask":
             prompt = _prompt(args.prompt)
@@ -267,9 +306,24 @@ def _print_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _print_invite(settings: Settings, given: str | None) -> int:
+    if given is not None and not given.isdigit():
+        raise SettingsError("--application-id: a number (Developer Portal → General Information)")
+    try:
+        found = given or await application_id(settings)
+    except DiscordCheckError as exc:
+        _fail(str(exc))
+        return 1
+    sys.stdout.write(invite_url(found) + "\n")
+    return 0
+
+
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    mode: SlackMode
-    if args.command == "slack":
+    mode: SlackMode | None
+    if args.command == "discord":
+        require_discord(settings)
+        mode = None
+    elif args.command == "slack":
         mode = "http" if args.http else "socket"
         require_slack(settings, mode)
     else:
@@ -279,12 +333,18 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
                 "SLACK_BOT_TOKEN is set, but Slack also needs SLACK_APP_TOKEN (Socket Mode) "
                 "or SLACK_SIGNING_SECRET (HTTP mode)"
             )
-        if found is None:
+        if found is None and not discord_configured(settings):
             sys.stderr.write(nothing_configured_text() + "\n")
             return 2
         mode = found
     setup_logging(settings, stderr=sys.stderr if args.verbose else None)
-    plan = Plan(slack=mode, host=args.host, port=args.port)
+    plan = Plan(
+        slack=mode,
+        discord=args.command == "discord"
+        or (args.command == "serve" and discord_configured(settings)),
+        host=getattr(args, "host", "0.0.0.0"),
+        port=getattr(args, "port", DEFAULT_HTTP_PORT),
+    )
     if args.grace < 0:
         raise SettingsError("--grace: must be 0 or more seconds")
     return asyncio.run(serve(settings, plan, err=sys.stderr, grace_s=args.grace))
@@ -409,7 +469,7 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
         report("warn", "ripgrep", "not found; grep uses its slower Python engine")
 
     await _check_slack(settings, report)
-    report("info", "discord", _configured(settings, ["discord_bot_token"]))
+    await check_discord(settings, report)
 
     failed = [check for check in checks if check.status == "fail"]
     out.write(f"{len(failed)} check(s) failed\n" if failed else "all checks passed\n")

@@ -1,7 +1,8 @@
 """`teammate serve` and `teammate slack`: the chat platforms in one process, one runner, one store.
 
-Owns: deciding which platforms are configured (Slack now: `SLACK_BOT_TOKEN` with
-`SLACK_APP_TOKEN` for Socket Mode or `SLACK_SIGNING_SECRET` for HTTP mode), explaining in a
+Owns: deciding which platforms are configured (Slack: `SLACK_BOT_TOKEN` with
+`SLACK_APP_TOKEN` for Socket Mode or `SLACK_SIGNING_SECRET` for HTTP mode; Discord:
+`DISCORD_BOT_TOKEN`), explaining in a
 few lines what to set when none is, starting each platform on the shared runner, crash
 recovery once every platform has started, and a graceful stop on SIGTERM or Ctrl-C: stop
 taking events, let running answers finish for a grace period, then stop the rest (their
@@ -21,6 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from bots.app import open_app, require_model_credentials
+from bots.discord_platform import (
+    DiscordCheckError,
+    DiscordPlatform,
+    intent_mode,
+)
 from bots.settings import Settings, SettingsError
 from bots.surface import Surface
 
@@ -33,9 +39,10 @@ SlackMode = Literal["socket", "http"]
 
 @dataclass(slots=True, frozen=True)
 class Plan:
-    """What to start: Slack in one mode (None: not configured)."""
+    """What to start: Slack in one mode (None: not configured), and Discord or not."""
 
     slack: SlackMode | None
+    discord: bool = False
     host: str = "0.0.0.0"
     port: int = DEFAULT_HTTP_PORT
 
@@ -63,7 +70,8 @@ def nothing_configured_text() -> str:
             "  Slack:   set SLACK_BOT_TOKEN (xoxb-…) and SLACK_APP_TOKEN (xapp-…, Socket Mode),",
             "           or SLACK_SIGNING_SECRET instead of SLACK_APP_TOKEN for HTTP mode;",
             "           `teammate slack manifest` prints the app to create (see README.md).",
-            "  Discord: not in this build yet.",
+            "  Discord: set DISCORD_BOT_TOKEN (Developer Portal → Bot); `teammate discord invite`",
+            "           prints the link that adds the bot to a server (see README.md).",
             "  To talk to Teammate in this terminal instead: teammate chat",
         ]
     )
@@ -106,47 +114,81 @@ async def serve(
     ready: Callable[[str], None] | None = None,
 ) -> int:
     """Run the planned platforms until SIGTERM/SIGINT (or `stop`); the exit status."""
-    if plan.slack is None:
+    if plan.slack is None and not plan.discord:
         raise SettingsError("no platform to start")
-    require_slack(settings, plan.slack)
-    require_model_credentials(settings, "slack")
+    if plan.slack is not None:
+        require_slack(settings, plan.slack)
+        require_model_credentials(settings, "slack")
+    if plan.discord:
+        require_model_credentials(settings, "discord")
+    from bots.discord.bot import DISCORD_RULES
     from bots.slack.app import SLACK_RULES, SlackBot, SlackStartError
     from bots.slack.commands import register_commands
 
     stop = stop or asyncio.Event()
     restore = _install_signal_handlers(stop, err)
-    bot = SlackBot(settings)
+    bot = SlackBot(settings) if plan.slack is not None else None
+    discord = DiscordPlatform(settings) if plan.discord else None
     surfaces = PlatformSurfaces()
-    surfaces.add("slack", bot.surfaces)
+    rules: list[str] = []
+    if bot is not None:
+        surfaces.add("slack", bot.surfaces)
+        rules.append(SLACK_RULES)
+    if discord is not None:
+        surfaces.add("discord", discord.surfaces)
+        rules.append(DISCORD_RULES)
+    # One runner for every platform: each platform's rules, each naming its platform (the
+    # per-message header says where a message comes from).
+    platform_rules = "\n\n".join(rules)
+
+    async def shutdown(grace: float) -> None:
+        await asyncio.gather(
+            *([bot.shutdown(grace_s=grace)] if bot is not None else []),
+            *([discord.shutdown(grace_s=grace)] if discord is not None else []),
+        )
+
     try:
-        async with open_app(settings, platform_rules=SLACK_RULES, surfaces=surfaces) as app:
-            register_commands(bot.bolt, runner=app.runner, settings=settings, spawn=bot.spawn)
+        async with open_app(settings, platform_rules=platform_rules, surfaces=surfaces) as app:
+            lines: list[str] = []
+            where = ""
             try:
-                identity = await bot.start(app.runner)
+                identity = None
+                if bot is not None:
+                    register_commands(
+                        bot.bolt, runner=app.runner, settings=settings, spawn=bot.spawn
+                    )
+                    identity = await bot.start(app.runner)
+                if discord is not None:
+                    me = await discord.start(app.runner)
+                    lines.append(f"Discord: connected as @{me.name}, {intent_mode(settings)}.")
+                # Recovery once every platform has started: interrupted runs are reported
+                # where they were shown, on whichever platform that was.
                 await app.runner.recover()
-                if plan.slack == "socket":
-                    await bot.connect_socket_mode()
-                    where = "Socket Mode"
-                else:
-                    port = await bot.listen_http(plan.host, plan.port)
-                    where = f"HTTP mode on {plan.host}:{port}/slack/events"
-            except SlackStartError as exc:
+                if bot is not None and identity is not None:
+                    if plan.slack == "socket":
+                        await bot.connect_socket_mode()
+                        where = "Socket Mode"
+                    else:
+                        port = await bot.listen_http(plan.host, plan.port)
+                        where = f"HTTP mode on {plan.host}:{port}/slack/events"
+                    lines.insert(0, f"Slack: connected as @{identity.name} ({where}).")
+            except (SlackStartError, DiscordCheckError) as exc:
                 err.write(f"teammate: {exc}\n")
-                await bot.shutdown(grace_s=0)
+                await shutdown(0)
                 return 1
-            line = f"Slack: connected as @{identity.name} ({where}). Ctrl-C or SIGTERM stops."
-            err.write(f"teammate: {line}\n")
+            for line in [*lines, "Ctrl-C or SIGTERM stops."]:
+                err.write(f"teammate: {line}\n")
+                log.info(line)
             err.flush()
-            log.info(line)
             if ready is not None:
-                ready(where)
+                ready(where or "Discord")
             await stop.wait()
             err.write(
                 f"teammate: stopping: no new events; answers in progress get {grace_s:g} s "
                 "to finish…\n"
             )
             err.flush()
-            await bot.shutdown(grace_s=grace_s)
+            await shutdown(grace_s)
         # open_app's exit stopped what was still running (its messages stay queued in the
         # store for the next start) and closed the store.
         err.write("teammate: stopped.\n")

@@ -24,6 +24,14 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
+from bots.budgets import utc_day_start
+from bots.channel_config import (
+    ChannelConfigs,
+    ConfigChange,
+    ConfigView,
+    describe,
+    usage_today_text,
+)
 from bots.discord.access import ADMIN_TEXT, discord_refusal, is_admin
 from bots.discord.buttons import DYNAMIC_ITEMS
 from bots.discord.events import (
@@ -34,6 +42,7 @@ from bots.discord.events import (
     Ignored,
     IgnoreReason,
     InteractionContext,
+    OptionValue,
     SlashCommand,
     conversation_key,
     parse_interaction,
@@ -61,7 +70,9 @@ THREAD_EXISTS = 160004  # "A thread has already been created for this message"
 NOT_HERE_TEXT = "There's no conversation here yet: mention me or use /ask."
 STOPPED_TEXT = "Stopped."
 IDLE_TEXT = "Nothing is running here."
+RESTARTING_TEXT = "I'm restarting; ask again in a minute."
 FEEDBACK_TEXT = "Thanks for the feedback."
+UNKNOWN_RUN_TEXT = "I no longer know that answer, so the vote was not kept."
 NO_THREADS_TEXT = (
     "I can't start a thread here: I need the Create Public Threads permission in this channel."
 )
@@ -78,6 +89,7 @@ class TeammateBot(commands.Bot):
         *,
         edit_interval_s: float = EDIT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         surfaces: DiscordSurfaces | None = None,
         **options: Any,
     ) -> None:
@@ -98,11 +110,13 @@ class TeammateBot(commands.Bot):
         self.surfaces.attach(self)
         self._edit_interval_s = edit_interval_s
         self._clock = clock
+        self._wall_clock = wall_clock  # days for /usage
         self._threads: set[str] = set()  # conversation keys of threads Teammate is part of
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._not_ours: OrderedDict[str, None] = OrderedDict()  # keys the store doesn't know
         self._tasks: set[asyncio.Task[None]] = set()
-        self.feedback: list[tuple[int, str, str]] = []  # (run, user, vote), for the log
+        self._closing = False  # a graceful stop began: no new conversations or runs
+        self.configs = ChannelConfigs(runner.store, settings)
         self._add_commands()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -127,6 +141,20 @@ class TeammateBot(commands.Bot):
         )
         log.info("Discord: logged in as %s, %s", self.user, mode)
 
+    async def stop_taking_work(self, *, grace_s: float) -> None:
+        """A graceful stop: new messages and `/ask` are no longer taken; messages already
+        being handed to the runner are, and answers in progress get up to `grace_s`."""
+        self._closing = True
+        if grace_s <= 0:
+            return
+        pending = [task for task in self._tasks if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=grace_s)
+        try:
+            await asyncio.wait_for(self.runner.wait_all(), grace_s)
+        except TimeoutError:
+            log.info("answers still running after %.0f s; they will be stopped", grace_s)
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
@@ -135,7 +163,7 @@ class TeammateBot(commands.Bot):
     # -- messages ----------------------------------------------------------------------------
 
     async def on_message(self, message: discord.Message) -> None:
-        if self.user is None:
+        if self.user is None or self._closing:
             return
         payload = message_payload(message)
         parent = _thread_parent(message.channel)
@@ -300,7 +328,7 @@ class TeammateBot(commands.Bot):
         async def new(interaction: discord.Interaction[Any]) -> None:
             await self._simple(interaction, "new")
 
-        @app_commands.command(name="usage", description="Tokens and cost of this conversation")
+        @app_commands.command(name="usage", description="What this channel used today (UTC)")
         async def usage(interaction: discord.Interaction[Any]) -> None:
             await self._simple(interaction, "usage")
 
@@ -310,8 +338,20 @@ class TeammateBot(commands.Bot):
 
         group = app_commands.Group(name="teammate", description="Teammate's settings")
 
-        @group.command(name="config", description="This channel's Teammate settings (admins)")
-        async def config(interaction: discord.Interaction[Any]) -> None:
+        @group.command(name="config", description="Show or change this channel's settings")
+        @app_commands.describe(
+            prompt="Extra instructions for this channel ('clear' removes them)",
+            model="The model here ('default': the configuration file's)",
+            tools="Tools here, e.g. read,grep ('none'; 'default': the file's)",
+            reset="Forget everything set here",
+        )
+        async def config(
+            interaction: discord.Interaction[Any],
+            prompt: str | None = None,
+            model: str | None = None,
+            tools: str | None = None,
+            reset: bool = False,
+        ) -> None:
             await self._config(interaction)
 
         commands_: list[app_commands.Command[Any, ..., None]] = [ask, stop, new, usage, reset]
@@ -347,9 +387,19 @@ class TeammateBot(commands.Bot):
             return
         if not self._first_delivery(context.delivery_id):
             return
+        if self._closing:
+            await interaction.response.send_message(RESTARTING_TEXT, ephemeral=True)
+            return
         # Within Discord's 3 seconds: "Teammate is thinking…" shows until the answer streams.
-        await interaction.response.defer(thinking=True)
-        original = await interaction.original_response()
+        callback = await interaction.response.defer(thinking=True)
+        # The callback's answer carries the "thinking" message: no GET of @original per /ask
+        # (under load every request competes with the next interaction's defer).
+        resource = callback.resource if callback is not None else None
+        original = (
+            resource
+            if isinstance(resource, discord.InteractionMessage)
+            else await interaction.original_response()
+        )
         channel = interaction.channel
         if channel is None or not isinstance(channel, discord.abc.Messageable):
             return
@@ -417,11 +467,10 @@ class TeammateBot(commands.Bot):
                 if done
                 else "There was nothing to forget here."
             )
-        usage = await self.runner.usage(key)
-        return (
-            f"This conversation: {usage.total_tokens:,} tokens, ${usage.cost:.4f} "
-            f"({usage.input:,} in, {usage.output:,} out, {usage.cache_read:,} from cache)."
+        summary = await self.runner.store.usage_summary(
+            utc_day_start(self._wall_clock()), channel_key=context.channel_key
         )
+        return "**Today in this channel** " + usage_today_text(summary)
 
     async def _config(self, interaction: discord.Interaction[Any]) -> None:
         command = self._context(interaction)
@@ -432,14 +481,16 @@ class TeammateBot(commands.Bot):
             await interaction.response.send_message(ADMIN_TEXT, ephemeral=True)
             return
         channel_key = command.context.channel_key
-        channel = self.settings.channel(channel_key)
-        tools = self.settings.tools_for(channel_key)
-        text = (
-            f"Settings for `{channel_key}`:\n"
-            f"- model: `{self.settings.model_for(channel_key)}`\n"
-            f"- extra system prompt: {channel.system_prompt[:500] or '(none)'}\n"
-            f"- tools: {', '.join(tools.enabled) if tools.enabled else 'the defaults'}"
-        )
+        change = _config_change(dict(command.options))
+        if change.empty:
+            stored = await self.configs.current(channel_key)
+            text = config_text(channel_key, describe(self.settings, channel_key, stored))
+        else:
+            problem, stored = await self.configs.change(
+                channel_key, change, by=command.context.person.user_id
+            )
+            shown = config_text(channel_key, describe(self.settings, channel_key, stored))
+            text = problem or "Saved; it applies from the next answer.\n" + shown
         await interaction.response.send_message(text[:2_000], ephemeral=True)
 
     # -- buttons (bots.discord.buttons.ButtonHandler) ------------------------------------------
@@ -462,9 +513,15 @@ class TeammateBot(commands.Bot):
     async def on_feedback_button(
         self, interaction: discord.Interaction[Any], run_id: int, vote: Literal["up", "down"]
     ) -> None:
-        # Kept in the log until the store records feedback with its run.
-        self.feedback.append((run_id, str(interaction.user.id), vote))
-        log.info("feedback on run %s from %s: %s", run_id, interaction.user.id, vote)
+        user_id = str(interaction.user.id)
+        try:
+            # Stored with the run (one vote per person, a new one replaces it): /usage counts it.
+            await self.runner.store.set_run_feedback(run_id, user_id, vote)
+        except (KeyError, ValueError):
+            log.warning("feedback for unknown run %s ignored", run_id)
+            await interaction.response.send_message(UNKNOWN_RUN_TEXT, ephemeral=True)
+            return
+        log.info("feedback on run %s from %s: %s", run_id, user_id, vote)
         await interaction.response.send_message(FEEDBACK_TEXT, ephemeral=True)
 
     # -- helpers -----------------------------------------------------------------------------
@@ -491,6 +548,32 @@ class TeammateBot(commands.Bot):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def config_text(channel_key: str, view: ConfigView) -> str:
+    return "\n".join(
+        [
+            f"**This channel's configuration** (`{channel_key}`)",
+            f"- model: {view.model}",
+            f"- extra instructions: {view.prompt}",
+            f"- tools: {view.tools}",
+            "Change it with `/teammate config` and its options `prompt`, `model`, `tools`, "
+            "`reset`.",
+        ]
+    )
+
+
+def _config_change(options: dict[str, OptionValue]) -> ConfigChange:
+    def text(name: str) -> str | None:
+        value = options.get(name)
+        return value if isinstance(value, str) else None
+
+    return ConfigChange(
+        prompt=text("prompt"),
+        model=text("model"),
+        tools=text("tools"),
+        reset=options.get("reset") is True,
+    )
 
 
 def _guild_id(message: discord.Message) -> str | None:

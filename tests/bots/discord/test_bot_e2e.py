@@ -1,5 +1,6 @@
 """Teammate on Discord end to end: the real discord.py bot against the fake Discord, the real
-runner and SQLite store, and ScriptedModel. Assertions are on what the fake received."""
+runner and SQLite store, and ScriptedModel. Assertions are on what the fake received.
+Votes and channel configuration live in the store: a restart keeps them."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from bots.discord.access import GUILD_TEXT, PERSON_TEXT
-from bots.discord.bot import DISCORD_RULES, NO_THREADS_TEXT, TeammateBot
+from bots.discord.access import ADMIN_TEXT, GUILD_TEXT, PERSON_TEXT
+from bots.discord.bot import DISCORD_RULES, FEEDBACK_TEXT, NO_THREADS_TEXT, TeammateBot
 from bots.discord.events import stop_custom_id
 from bots.discord.surface import TOKEN_LIFE_S, WORKING_TEXT, DiscordSurfaces
 from bots.runner import ConversationRunner
 from bots.settings import DiscordSettings, Settings
+from core.messages import Text
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
@@ -378,7 +380,9 @@ async def test_a_dm_with_files_images_reach_the_model_other_files_the_workspace(
     assert isinstance(asked.content, list)
     kinds = [part.type for part in asked.content]
     assert kinds == ["text", "image"]
-    assert "notes.txt" in asked.content[0].text and "what is this?" in asked.content[0].text
+    first = asked.content[0]
+    assert isinstance(first, Text)
+    assert "notes.txt" in first.text and "what is this?" in first.text
     saved = list((teammate.settings.workspaces_dir).rglob("notes*.txt"))
     assert [path.read_bytes() for path in saved] == [b"remember"]
     assert not teammate.fake.requests_to("POST", r"/channels/\d+/messages/\d+/threads")
@@ -537,3 +541,103 @@ async def test_a_message_steered_into_a_running_answer_is_acknowledged_with_reac
     # No acknowledgement was written into the thread.
     assert not any("Got it" in text for text in teammate.contents(thread))
     assert "and a second part" in str(teammate.model.requests[1].messages)
+
+
+# -- feedback, /usage and /teammate config: stored (a restart keeps them) -------------------
+
+ADA = 1_400_000_000_000_000_001  # the fake's default user
+BOB = user_payload(1_400_000_000_000_000_002, "bob", global_name="Bob")
+
+
+async def ephemeral(teammate: Teammate, payload: dict[str, Any]) -> str:
+    """Dispatch an interaction; the content of its private answer."""
+    await teammate.fake.dispatch("INTERACTION_CREATE", payload)
+    callback = rf"/interactions/{payload['id']}/.+/callback"
+    await teammate.fake.wait_for(lambda: bool(teammate.fake.requests_to("POST", callback)))
+    (answer,) = teammate.fake.requests_to("POST", callback)
+    assert answer.json["type"] == 4 and answer.json["data"]["flags"] == 64
+    content = answer.json["data"]["content"]
+    assert isinstance(content, str)
+    return content
+
+
+def config(teammate: Teammate, user: dict[str, Any] | None = None, **options: Any) -> Any:
+    return teammate.fake.slash_command(
+        "teammate", options, subcommand="config", channel_id=teammate.general, user=user
+    )
+
+
+async def test_votes_are_stored_with_the_run_and_usage_counts_them(teammate: Teammate) -> None:
+    teammate.model.add(Reply(text="Forty-two."))
+    asked = await teammate.mention("the answer?")
+    thread = asked["id"]
+    key = f"discord:{next(iter(teammate.fake.guilds))}:{thread}"
+    await teammate.shown(thread, "Forty-two.")
+    await teammate.runner.wait(key)
+    (answer,) = teammate.fake.channel_messages(thread)
+    up, down = custom_ids(answer)
+    assert up.startswith("feedback:") and down.startswith("feedback:")
+    usage = teammate.fake.slash_command("usage", channel_id=teammate.general)
+    before = await ephemeral(teammate, usage)
+    assert "1 answer ·" in before and "👍 0 👎 0" in before
+    assert await ephemeral(teammate, teammate.fake.button_press(up, answer)) == FEEDBACK_TEXT
+    assert await ephemeral(teammate, teammate.fake.button_press(down, answer, user=BOB)) == (
+        FEEDBACK_TEXT
+    )
+    # Ada changes her mind: her vote is replaced, not added.
+    await ephemeral(teammate, teammate.fake.button_press(down, answer))
+    channel_key = f"discord:{next(iter(teammate.fake.guilds))}:{teammate.general}"
+    summary = await teammate.store.usage_summary(0, channel_key=channel_key)
+    assert (summary.runs, summary.votes_up, summary.votes_down) == (1, 0, 2)
+    # /usage in the thread shows the channel's day too.
+    in_thread = teammate.fake.slash_command("usage", channel_id=thread)
+    after = await ephemeral(teammate, in_thread)
+    assert "Today in this channel" in after and "👍 0 👎 2" in after
+
+
+@pytest.mark.parametrize("discord_settings", [DiscordSettings(admin_users=[str(ADA)])])
+async def test_admins_set_the_channels_prompt_and_model_and_a_restart_keeps_them(
+    teammate: Teammate,
+) -> None:
+    assert await ephemeral(teammate, config(teammate, user=BOB)) == ADMIN_TEXT
+    shown = await ephemeral(teammate, config(teammate))
+    assert "extra instructions: none" in shown and "(configuration file)" in shown
+    saved = await ephemeral(
+        teammate, config(teammate, prompt="Answer like a pirate.", model="scripted")
+    )
+    assert saved.startswith("Saved")
+    assert "“Answer like a pirate.” (set here)" in saved and "scripted (set here)" in saved
+    refused = await ephemeral(teammate, config(teammate, tools="bash"))
+    assert refused.startswith("Not allowed here: bash")
+    refused = await ephemeral(teammate, config(teammate, model="gpt-nonsense"))
+    assert "I don't know the model" in refused
+    # A restart: a new store on the same file, a new runner, a new bot.
+    await teammate.stop_bot()
+    await teammate.runner.close()
+    await teammate.store.close()
+    chosen: list[str] = []
+    teammate.store = await SqliteStore.open(teammate.settings.data_dir / "teammate.db")
+
+    def factory(model_id: str) -> Any:
+        chosen.append(model_id)
+        return teammate.model
+
+    teammate.runner = ConversationRunner(
+        store=teammate.store,
+        settings=teammate.settings,
+        model_factory=factory,
+        toolset_factory=lambda _channel: [teammate.gate],
+        platform_rules=DISCORD_RULES,
+    )
+    await teammate.start_bot_with(None)
+    shown = await ephemeral(teammate, config(teammate))
+    assert "“Answer like a pirate.” (set here)" in shown
+    teammate.model.add(Reply(text="Arr."))
+    asked = await teammate.mention("hello")
+    await teammate.shown(asked["id"], "Arr.")
+    assert "Answer like a pirate." in teammate.model.requests[-1].system_prompt
+    assert chosen == ["scripted"]
+    cleared = await ephemeral(teammate, config(teammate, reset=True))
+    assert "extra instructions: none" in cleared
+    await teammate.runner.close()
+    await teammate.store.close()
