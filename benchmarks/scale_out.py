@@ -65,6 +65,15 @@ WARMUP_EVENTS = 4  # per instance
 CONNECTIONS = 100
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def answers_in(fake: FakeSlack, event: Prepared) -> int:
     return sum(ANSWER_TEXT in json.dumps(m) for m in fake.bot_replies(event.channel, event.ts))
 
@@ -111,10 +120,16 @@ async def throughput(
             await deliver(session, instances, warm)
             await wait_answered(fake, warm)
             events = prepare(fake, events_n, tag)
+            pids = [instance.process.pid for instance in instances]
+            cpu_before = [cpu_s(pid) for pid in pids]
+            own_before = time.process_time()
             started = time.perf_counter()
             sent = await deliver(session, instances, events)
             answered = await wait_answered(fake, events)
             elapsed = time.perf_counter() - started
+            own_cpu = time.process_time() - own_before
+            instance_cpu = sum(cpu_s(pid) for pid in pids) - sum(cpu_before)
+            load = os.getloadavg()[0]
     finally:
         for instance in instances:
             await instance.stop()
@@ -124,6 +139,12 @@ async def throughput(
         "answered": answered,
         "events": events_n,
         "deliveries": sent,
+        # Where the CPU went during the burst: the instances, and this process (the fake
+        # Slack and the load balancer); with the machine's load, it says what limits scaling.
+        "instance_cpu_ms_per_answer": instance_cpu * 1000 / max(answered, 1),
+        "fake_cpu_ms_per_answer": own_cpu * 1000 / max(answered, 1),
+        "cpu_busy": (instance_cpu + own_cpu) / elapsed,
+        "load": load,
         "duplicates": sum(max(0, answers_in(fake, e) - 1) for e in every),
     }
 
@@ -154,7 +175,10 @@ async def run(args: argparse.Namespace, server: pg.PgServer, directory: Path) ->
             finally:
                 if schema:
                     await server.drop_schema(schema)
-    print(f"{'instances':<28}{'answers/s':>12}{'answered':>10}{'deliveries':>12}{'dups':>6}")
+    print(
+        f"{'instances':<20}{'answers/s':>10}{'answered':>10}{'deliveries':>11}{'dups':>5}"
+        f"{'cpu ms/answer: instances':>26}{'fake+LB':>9}{'cores busy':>11}{'load':>6}"
+    )
     for name, label in (
         ("sqlite_1", "1 on SQLite"),
         ("pg_1", "1 on PostgreSQL"),
@@ -162,8 +186,9 @@ async def run(args: argparse.Namespace, server: pg.PgServer, directory: Path) ->
     ):
         r = results[name]
         print(
-            f"{label:<28}{r['answers_per_s']:>12.1f}{r['answered']:>7}/{r['events']:<4}"
-            f"{r['deliveries']:>10}{r['duplicates']:>6}"
+            f"{label:<20}{r['answers_per_s']:>10.1f}{r['answered']:>7}/{r['events']:<4}"
+            f"{r['deliveries']:>9}{r['duplicates']:>5}{r['instance_cpu_ms_per_answer']:>26.1f}"
+            f"{r['fake_cpu_ms_per_answer']:>9.1f}{r['cpu_busy']:>11.2f}{r['load']:>6.1f}"
         )
     scale = results["pg_2"]["answers_per_s"] / results["pg_1"]["answers_per_s"]
     print(f"2 instances / 1: {scale:.2f}x (target >= 1.5x)")
