@@ -74,6 +74,19 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def postgres_cpu_s() -> float:
+    """CPU seconds of every PostgreSQL server process on this machine (a local server's
+    share of the work: its backends are processes of their own)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if stat.read_text().strip() == "postgres":
+                total += cpu_s(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def answers_in(fake: FakeSlack, event: Prepared) -> int:
     return sum(ANSWER_TEXT in json.dumps(m) for m in fake.bot_replies(event.channel, event.ts))
 
@@ -123,11 +136,13 @@ async def throughput(
             pids = [instance.process.pid for instance in instances]
             cpu_before = [cpu_s(pid) for pid in pids]
             own_before = time.process_time()
+            pg_before = postgres_cpu_s()
             started = time.perf_counter()
             sent = await deliver(session, instances, events)
             answered = await wait_answered(fake, events)
             elapsed = time.perf_counter() - started
             own_cpu = time.process_time() - own_before
+            pg_cpu = postgres_cpu_s() - pg_before
             instance_cpu = sum(cpu_s(pid) for pid in pids) - sum(cpu_before)
             load = os.getloadavg()[0]
     finally:
@@ -143,7 +158,8 @@ async def throughput(
         # Slack and the load balancer); with the machine's load, it says what limits scaling.
         "instance_cpu_ms_per_answer": instance_cpu * 1000 / max(answered, 1),
         "fake_cpu_ms_per_answer": own_cpu * 1000 / max(answered, 1),
-        "cpu_busy": (instance_cpu + own_cpu) / elapsed,
+        "pg_cpu_ms_per_answer": pg_cpu * 1000 / max(answered, 1),
+        "cpu_busy": (instance_cpu + own_cpu + pg_cpu) / elapsed,
         "load": load,
         "duplicates": sum(max(0, answers_in(fake, e) - 1) for e in every),
     }
@@ -177,7 +193,8 @@ async def run(args: argparse.Namespace, server: pg.PgServer, directory: Path) ->
                     await server.drop_schema(schema)
     print(
         f"{'instances':<20}{'answers/s':>10}{'answered':>10}{'deliveries':>11}{'dups':>5}"
-        f"{'cpu ms/answer: instances':>26}{'fake+LB':>9}{'cores busy':>11}{'load':>6}"
+        f"{'cpu ms/answer: instances':>26}{'fake+LB':>9}{'postgres':>10}{'cores busy':>11}"
+        f"{'load':>6}"
     )
     for name, label in (
         ("sqlite_1", "1 on SQLite"),
@@ -188,7 +205,8 @@ async def run(args: argparse.Namespace, server: pg.PgServer, directory: Path) ->
         print(
             f"{label:<20}{r['answers_per_s']:>10.1f}{r['answered']:>7}/{r['events']:<4}"
             f"{r['deliveries']:>9}{r['duplicates']:>5}{r['instance_cpu_ms_per_answer']:>26.1f}"
-            f"{r['fake_cpu_ms_per_answer']:>9.1f}{r['cpu_busy']:>11.2f}{r['load']:>6.1f}"
+            f"{r['fake_cpu_ms_per_answer']:>9.1f}{r['pg_cpu_ms_per_answer']:>10.1f}"
+            f"{r['cpu_busy']:>11.2f}{r['load']:>6.1f}"
         )
     scale = results["pg_2"]["answers_per_s"] / results["pg_1"]["answers_per_s"]
     print(f"2 instances / 1: {scale:.2f}x (target >= 1.5x)")
