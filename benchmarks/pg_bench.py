@@ -22,6 +22,7 @@ if not __package__:  # run as `python benchmarks/pg_bench.py`: find the project'
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -70,7 +71,10 @@ async def one_turn(store: ConversationStore, key: str, n: int, messages: list[Me
     await store.finish_run(run.id, "done")
 
 
-async def measure(open_store: Opener, messages: list[Message]) -> dict[str, float]:
+async def measure(
+    open_store: Opener, messages: list[Message], *, turns_n: int = TURNS, appends_each: int = 0
+) -> dict[str, float]:
+    appends_each = appends_each or CONCURRENT_APPENDS_EACH
     async with open_store() as store:
         keys = [f"bench:turn:{n}" for n in range(CONVERSATIONS)]
         for key in keys:
@@ -78,7 +82,7 @@ async def measure(open_store: Opener, messages: list[Message]) -> dict[str, floa
             for message in messages[:HISTORY]:
                 await store.append_message(conversation.id, message)
         turns: list[float] = []
-        for n in range(WARMUP + TURNS):
+        for n in range(WARMUP + turns_n):
             start = time.perf_counter()
             await one_turn(store, keys[n % CONVERSATIONS], n, messages)
             if n >= WARMUP:
@@ -88,7 +92,7 @@ async def measure(open_store: Opener, messages: list[Message]) -> dict[str, floa
             conversation = await store.get_or_create_conversation(
                 f"bench:concurrent:{n}", channel_key="c"
             )
-            for i in range(CONCURRENT_APPENDS_EACH):
+            for i in range(appends_each):
                 await store.append_message(conversation.id, messages[i])
 
         start = time.perf_counter()
@@ -97,11 +101,15 @@ async def measure(open_store: Opener, messages: list[Message]) -> dict[str, floa
     return {
         "turn_ms": statistics.median(turns),
         "turn_p95_ms": sorted(turns)[int(len(turns) * 0.95) - 1],
-        "appends_per_s": CONCURRENT_CONVERSATIONS * CONCURRENT_APPENDS_EACH / concurrent_s,
+        "appends_per_s": CONCURRENT_CONVERSATIONS * appends_each / concurrent_s,
     }
 
 
-async def run(directory: str, server: pg.PgServer) -> dict[str, float]:
+async def run(
+    directory: str, server: pg.PgServer, *, turns_n: int = TURNS, appends_each: int = 0
+) -> dict[str, float]:
+    """Both backends, interleaved; prints the table. `turns_n` and `appends_each` shrink the
+    run (a smoke test, or another benchmark reusing this measurement)."""
     rng = random.Random(7)
     messages = [realistic_message(i, rng) for i in range(max(HISTORY, CONCURRENT_APPENDS_EACH))]
     schema = await server.create_schema("bench")
@@ -112,11 +120,25 @@ async def run(directory: str, server: pg.PgServer) -> dict[str, float]:
         pg_runs: list[dict[str, float]] = []
         for round_ in range(2):
             path = Path(directory) / f"bench{round_}.db"
-            sqlite_runs.append(await measure(lambda p=path: SqliteStore.open(p), messages))
+            sqlite_runs.append(
+                await measure(
+                    functools.partial(SqliteStore.open, path),
+                    messages,
+                    turns_n=turns_n,
+                    appends_each=appends_each,
+                )
+            )
             await server.drop_schema(schema)
             schema = await server.create_schema("bench")
             url = server.schema_url(schema)
-            pg_runs.append(await measure(lambda u=url: PostgresStore.open(u), messages))
+            pg_runs.append(
+                await measure(
+                    functools.partial(PostgresStore.open, url),
+                    messages,
+                    turns_n=turns_n,
+                    appends_each=appends_each,
+                )
+            )
     finally:
         await server.drop_schema(schema)
 

@@ -24,6 +24,7 @@ from pydantic import (
     SecretStr,
     StringConstraints,
     ValidationError,
+    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -149,6 +150,24 @@ class DiscordSettings(BaseModel):
     # Who may use `/teammate config`: these users, or anyone with one of these roles.
     admin_users: list[Snowflake] = Field(default_factory=list)
     admin_roles: list[Snowflake] = Field(default_factory=list)
+    # Gateway shards (docs/architecture.md, "Several instances"): unset, discord.py asks
+    # Discord how many shards to open and runs them all in this process. Several instances
+    # on one database: the same `shard_count` everywhere and each instance its own
+    # `shard_ids` (e.g. 3 instances, shard_count = 3: [0], [1], [2]).
+    shard_count: int | None = Field(default=None, ge=1)
+    shard_ids: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _shards_fit(self) -> DiscordSettings:
+        if self.shard_ids and self.shard_count is None:
+            raise ValueError("shard_ids needs shard_count (the total over every instance)")
+        count = self.shard_count or 0
+        outside = [n for n in self.shard_ids if not 0 <= n < count]
+        if outside:
+            raise ValueError(f"shard_ids {outside} are not in 0..{count - 1} (shard_count)")
+        if len(set(self.shard_ids)) != len(self.shard_ids):
+            raise ValueError("shard_ids lists a shard twice")
+        return self
 
 
 _ENV_ALIASES: dict[str, str] = {

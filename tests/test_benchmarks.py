@@ -82,3 +82,33 @@ def test_the_slack_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> N
         assert isinstance(figures[key], int | float), key
     assert figures["answered"] == figures["sent"] == 6
     assert "bare bolt" in done.stdout
+
+
+def test_the_scale_out_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
+    """Real instances on SQLite and PostgreSQL, a few events: every figure the issue asks for
+    is in the last line, every event was answered, and none twice."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scale_out.py"),
+            *["--events", "4", "--turns", "3", "--appends", "1"],
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0 and "no PostgreSQL server" in done.stdout:
+        pytest.skip(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in (
+        "pg_overhead_ms_per_turn",
+        "sqlite_overhead_ms_per_turn",
+        "answers_per_s_1",
+        "answers_per_s_2",
+        "pg_appends_per_s_200_concurrent",
+    ):
+        assert isinstance(figures[key], int | float) and figures[key] > 0, key
+    assert figures["answered"] == figures["sent"] == 12
+    assert figures["duplicates"] == 0

@@ -52,7 +52,7 @@ from bots.discord.payloads import interaction_payload, message_payload
 from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
 from bots.incoming import Attachment, BackfillMessage, Incoming
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
-from bots.settings import Settings
+from bots.settings import DiscordSettings, Settings, SettingsError
 from core.messages import Author
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,9 @@ NO_THREADS_TEXT = (
 
 class TeammateBot(commands.Bot):
     """The bot. `runner` answers; `settings.discord` says who may use it and how it syncs.
-    `surfaces` is the `DiscordSurfaces` given to the runner, if any: the bot binds it."""
+    `surfaces` is the `DiscordSurfaces` given to the runner, if any: the bot binds it.
+    One gateway connection: all guilds, or the one shard `[discord] shard_ids` names (of
+    `shard_count`); `create_bot` picks `ShardedTeammateBot` for several shards."""
 
     def __init__(
         self,
@@ -95,6 +97,10 @@ class TeammateBot(commands.Bot):
     ) -> None:
         intents = discord.Intents.default()
         intents.message_content = settings.discord.message_content
+        options = (
+            _shard_options(settings.discord, several=isinstance(self, commands.AutoShardedBot))
+            | options
+        )
         super().__init__(
             command_prefix=commands.when_mentioned,
             intents=intents,
@@ -589,3 +595,31 @@ def _thread_parent(channel: object) -> str | None:
 def _title(channel: object) -> str | None:
     name = getattr(channel, "name", None)
     return f"#{name}" if isinstance(name, str) else None
+
+
+class ShardedTeammateBot(TeammateBot, commands.AutoShardedBot):
+    """The bot on several gateway shards in one process (discord.py's `AutoShardedBot`):
+    `[discord] shard_ids` of `shard_count`, or every shard when `shard_ids` is empty."""
+
+
+def create_bot(runner: ConversationRunner, settings: Settings, **options: Any) -> TeammateBot:
+    """The bot for the configured sharding (docs/architecture.md, "Several instances"):
+    one connection unless `[discord] shard_count` asks for several shards in this process."""
+    config = settings.discord
+    several = config.shard_count is not None and len(config.shard_ids) != 1
+    kind = ShardedTeammateBot if several else TeammateBot
+    return kind(runner, settings, **options)
+
+
+def _shard_options(config: DiscordSettings, *, several: bool) -> dict[str, Any]:
+    """discord.py's shard arguments: a plain client takes one `shard_id`, an auto-sharded
+    one a list of `shard_ids` (None: all of `shard_count`)."""
+    if config.shard_count is None:
+        return {}
+    if several:
+        return {"shard_count": config.shard_count, "shard_ids": list(config.shard_ids) or None}
+    if len(config.shard_ids) != 1:
+        raise SettingsError(
+            "[discord] shard_ids: one connection opens one shard; use create_bot for several"
+        )
+    return {"shard_count": config.shard_count, "shard_id": config.shard_ids[0]}
