@@ -178,10 +178,10 @@ LOGGER_NAMES = frozenset({"log", "logger", "_log", "_logger", "logging", "LOG", 
 LOGGING_METHODS = frozenset(
     {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
 )
-# (c) The `name=` of a task or thread: checked, nothing in the project reads a task's or a
-# thread's name (no `get_name()`, no `%(taskName)s`/`%(threadName)s` log format); it shows only
-# in debug dumps and reprs, so changing it is cosmetic. A name something did read would need a
-# test instead.
+# (c) The `name=` of a task or thread: checked, nothing in the product reads a task's or a
+# thread's name (no `get_name()`, no `%(taskName)s`/`%(threadName)s` log format; only one test
+# finds a feed's task by its name); it shows in debug dumps and reprs, so changing it is
+# cosmetic. A name something did read would need a test instead.
 NAMED_STARTERS = frozenset({"create_task", "ensure_future", "Thread", "Timer"})
 
 
