@@ -11,7 +11,10 @@ them is ours, because mutmut's in-process trampolines break the tests that start
   fresh `pytest -x`, only the tests that execute its line, fastest first;
 - a mutant whose tests fail is killed; one that outlives its time limit (a hang) is killed too;
 - a seeded sample when a file has more mutants than `--max-per-file`;
-- `devtools/mutation_equivalents.txt` lists mutants no caller can tell apart (not scored).
+- calls to logging and the `name=` of tasks and threads are not mutated (see `avoided_nodes`);
+- a string mutant that only changes the letter case of SQL is equivalent by rule
+  (`sql_case_only`), and `devtools/mutation_equivalents.txt` lists the other mutants no caller
+  can tell apart (neither is scored).
 Prints per file mutants / tried / killed / survived / score, the survivors as
 `file:line: original ⟶ mutant`, and last one JSON line `{"mutation_score": {...}}`.
 Not part of CI: it takes minutes per file.
@@ -25,6 +28,7 @@ import json
 import os
 import queue
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +79,7 @@ class Mutant:
     line: int
     mutation: str  # `original ⟶ mutant`, the changed source lines stripped
     code: str  # the whole mutated file
+    equivalent_because: str = ""  # set when a rule proves the mutant equivalent (not run)
 
 
 @dataclass
@@ -119,18 +124,26 @@ def generate(
     mixed with the file's name so adding a file does not change another file's sample.
     `keep` picks mutants by their description (before sampling)."""
     module, mutations, _classes, _functions = create_mutations(file, source)
-    # module level mutations are left out: mutmut does not run those either
+    parents = parent_map(module)
+    avoided = avoided_nodes(module)
+    # module level mutations are left out: mutmut does not run those either; nor are the
+    # changes to logging calls and task names (`avoided_nodes`), as PIT's `avoidCallsTo`
     inside = [
         (index, mutation)
         for index, mutation in enumerate(mutations, start=1)
         if mutation.contained_by_top_level_function is not None
+        and not is_avoided(mutation, avoided)
     ]
     total = len(inside)
     if keep is not None:  # by description, so every mutant is rendered first (slow)
-        rendered = [_render(file, module, source, index, mutation) for index, mutation in inside]
+        rendered = [
+            _render(file, module, source, index, mutation, parents) for index, mutation in inside
+        ]
         return total, _sample([m for m in rendered if keep(m)], max_count, seed, file)
     picked = _sample(inside, max_count, seed, file)
-    return total, [_render(file, module, source, index, mutation) for index, mutation in picked]
+    return total, [
+        _render(file, module, source, index, mutation, parents) for index, mutation in picked
+    ]
 
 
 def _sample(items: list[T], max_count: int, seed: int, file: str) -> list[T]:
@@ -141,12 +154,180 @@ def _sample(items: list[T], max_count: int, seed: int, file: str) -> list[T]:
 
 
 def _render(
-    file: str, module: libcst.Module, source: str, index: int, mutation: Mutation
+    file: str,
+    module: libcst.Module,
+    source: str,
+    index: int,
+    mutation: Mutation,
+    parents: dict[int, libcst.CSTNode],
 ) -> Mutant:
     mutated = module.deep_replace(mutation.original_node, mutation.mutated_node)
     assert isinstance(mutated, libcst.Module)
     line, text = describe(source, mutated.code)
-    return Mutant(file=file, index=index, line=line, mutation=text, code=mutated.code)
+    because = sql_case_only(mutation, parents)
+    return Mutant(file, index, line, text, mutated.code, because)
+
+
+# -- mutants not made, mutants equivalent by rule -------------------------------------------------
+
+# (a) Logging calls are not mutated, as PIT's default `avoidCallsTo` (java.util.logging, log4j,
+# slf4j): what a log line says is for the operator reading it, and behaviour tests do not pin
+# operator-facing text. Whether a failure is logged at all is kept observable: only the
+# arguments and the call's own form are left alone, not the `except` around it.
+LOGGER_NAMES = frozenset({"log", "logger", "_log", "_logger", "logging", "LOG", "LOGGER"})
+LOGGING_METHODS = frozenset(
+    {"debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
+)
+# (c) The `name=` of a task or thread: checked, nothing in the product reads a task's or a
+# thread's name (no `get_name()`, no `%(taskName)s`/`%(threadName)s` log format; only one test
+# finds a feed's task by its name); it shows in debug dumps and reprs, so changing it is
+# cosmetic. A name something did read would need a test instead.
+NAMED_STARTERS = frozenset({"create_task", "ensure_future", "Thread", "Timer"})
+
+
+def _callee(call: libcst.Call) -> tuple[str, str]:
+    """(`owner`, `name`) of `owner.name(...)` (owner's last part: `self.log` -> `log`), or
+    ("", name) of `name(...)`."""
+    func = call.func
+    if isinstance(func, libcst.Name):
+        return "", func.value
+    if isinstance(func, libcst.Attribute):
+        owner = func.value
+        if isinstance(owner, libcst.Attribute):
+            return owner.attr.value, func.attr.value
+        if isinstance(owner, libcst.Name):
+            return owner.value, func.attr.value
+        return "", func.attr.value
+    return "", ""
+
+
+def is_logging_call(call: libcst.Call) -> bool:
+    owner, name = _callee(call)
+    return owner in LOGGER_NAMES and name in LOGGING_METHODS
+
+
+def is_named_starter(call: libcst.Call) -> bool:
+    return _callee(call)[1] in NAMED_STARTERS
+
+
+def _name_arg(arg: libcst.Arg) -> bool:
+    return arg.keyword is not None and arg.keyword.value == "name"
+
+
+class _Avoided(libcst.CSTVisitor):
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def visit_Call(self, node: libcst.Call) -> None:
+        if is_logging_call(node):
+            self.ids.update(id(inner) for inner in _subtree(node))
+        elif is_named_starter(node):
+            for arg in node.args:
+                if _name_arg(arg):
+                    self.ids.update(id(inner) for inner in _subtree(arg))
+
+
+def _subtree(node: libcst.CSTNode) -> list[libcst.CSTNode]:
+    found = [node]
+    for child in node.children:
+        found += _subtree(child)
+    return found
+
+
+def avoided_nodes(module: libcst.Module) -> set[int]:
+    """The ids of the nodes inside logging calls and inside the `name=` of task/thread starts."""
+    visitor = _Avoided()
+    module.visit(visitor)
+    return visitor.ids
+
+
+def is_avoided(mutation: Mutation, avoided: set[int]) -> bool:
+    original, mutated = mutation.original_node, mutation.mutated_node
+    if id(original) in avoided:
+        return True
+    # a dropped or changed argument mutates the whole call: avoided when only `name=` differs
+    if (
+        isinstance(original, libcst.Call)
+        and isinstance(mutated, libcst.Call)
+        and is_named_starter(original)
+        and original.func.deep_equals(mutated.func)
+    ):
+        kept = [arg for arg in original.args if not _name_arg(arg)]
+        others = [arg for arg in mutated.args if not _name_arg(arg)]
+        return len(kept) == len(others) and all(
+            _same_arg(a, b) for a, b in zip(kept, others, strict=True)
+        )
+    return False
+
+
+def _same_arg(a: libcst.Arg, b: libcst.Arg) -> bool:
+    keyword_a = a.keyword.value if a.keyword is not None else None
+    keyword_b = b.keyword.value if b.keyword is not None else None
+    return keyword_a == keyword_b and a.value.deep_equals(b.value)
+
+
+class _Parents(libcst.CSTVisitor):
+    def __init__(self) -> None:
+        self.parents: dict[int, libcst.CSTNode] = {}
+
+    def on_visit(self, node: libcst.CSTNode) -> bool:
+        for child in node.children:
+            self.parents[id(child)] = node
+        return True
+
+
+def parent_map(module: libcst.Module) -> dict[int, libcst.CSTNode]:
+    visitor = _Parents()
+    module.visit(visitor)
+    return visitor.parents
+
+
+# (b) SQLite and PostgreSQL read unquoted keywords and identifiers case-insensitively, so a
+# string mutant that only changes the letter case of SQL cannot change what the database
+# does. Quoted parts ('text' literals, "quoted" identifiers) must stay exactly as they were:
+# `state = 'pending'` -> `'PENDING'` is a real change. SQL is recognised by an upper-case
+# keyword in the string or in the concatenation it belongs to (a column list continued over
+# lines), or by a bound parameter after a comparison (`at >= ?`, `id = $1`).
+SQL_KEYWORDS = re.compile(
+    r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|WHERE|VALUES|SET|JOIN|PRAGMA|BEGIN|COMMIT|ROLLBACK|"
+    r"RELEASE|SAVEPOINT|CREATE|DROP|ALTER|RETURNING|CONFLICT|ORDER BY|GROUP BY|LIMIT)\b"
+)
+SQL_PARAMETER = re.compile(r"(=|<|>|\bIN|\bLIKE)\s*\(?\s*(\?|\$\d+|%s)", re.IGNORECASE)
+SQL_QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
+SQL_CASE_REASON = (
+    "only the letter case of SQL changes (keywords and unquoted names are case-insensitive)"
+)
+
+
+def looks_like_sql(text: str) -> bool:
+    return bool(SQL_KEYWORDS.search(text) or SQL_PARAMETER.search(text))
+
+
+def same_sql_ignoring_case(original: str, mutant: str) -> bool:
+    if original == mutant or original.upper() != mutant.upper():
+        return False
+    if SQL_QUOTED.findall(original) != SQL_QUOTED.findall(mutant):
+        return False  # a quoted literal or identifier changed case: a different value
+    return SQL_QUOTED.sub("''", original).upper() == SQL_QUOTED.sub("''", mutant).upper()
+
+
+def sql_case_only(mutation: Mutation, parents: dict[int, libcst.CSTNode]) -> str:
+    """The reason when `mutation` only changes the case of an SQL string, else ""."""
+    original, mutated = mutation.original_node, mutation.mutated_node
+    if not (isinstance(original, libcst.SimpleString) and isinstance(mutated, libcst.SimpleString)):
+        return ""
+    before, after = original.evaluated_value, mutated.evaluated_value
+    if not (isinstance(before, str) and isinstance(after, str)):
+        return ""
+    if not same_sql_ignoring_case(before, after):
+        return ""
+    text = before
+    node: libcst.CSTNode = original
+    while isinstance(parent := parents.get(id(node)), libcst.ConcatenatedString):
+        node = parent
+        joined = parent.evaluated_value
+        text = joined if isinstance(joined, str) else text
+    return SQL_CASE_REASON if looks_like_sql(text) else ""
 
 
 def describe(original: str, mutated: str) -> tuple[int, str]:
@@ -422,7 +603,9 @@ def tally(
     results = {file: FileResult(file=file, generated=generated[file]) for file in files}
     for mutant in sampled:
         result = results[mutant.file]
-        if (f"{mutant.file}:{mutant.line}", mutant.mutation) in equivalents:
+        if mutant.equivalent_because or (
+            (f"{mutant.file}:{mutant.line}", mutant.mutation) in equivalents
+        ):
             result.equivalent.append(mutant)
             continue
         verdict, how = verdicts[(mutant.file, mutant.index)]
@@ -442,6 +625,13 @@ def report(results: Sequence[FileResult], conditions: str) -> dict[str, float]:
             f"{result.file:<28} {result.generated:>8} {result.tried:>6} {len(result.killed):>7} "
             f"{len(result.survived):>9} {len(result.equivalent):>7} {result.score:>7.1%}"
         )
+    for result in results:
+        by_rule = [mutant for mutant in result.equivalent if mutant.equivalent_because]
+        if by_rule:
+            print(f"\nequivalent by rule in {result.file} (not run):")
+            for mutant in by_rule:
+                because = mutant.equivalent_because
+                print(f"  {mutant.file}:{mutant.line}: {mutant.mutation} — {because}")
     for result in results:
         if result.survived:
             print(f"\nsurvivors in {result.file}:")
@@ -498,7 +688,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.chdir(ROOT)
         if args.list:
             for mutant in sampled:
-                print(f"{mutant.file}:{mutant.line}: {mutant.mutation}")
+                because = f" — {mutant.equivalent_because}" if mutant.equivalent_because else ""
+                print(f"{mutant.file}:{mutant.line}: {mutant.mutation}{because}")
             return 0
         print(
             f"mutation: measuring coverage of {' '.join(files)} by {' '.join(args.tests)}…",
@@ -509,12 +700,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             for file in files:
                 check_mutants_are_seen(servers[0], file, coverage)
-            print(f"mutation: running {len(sampled)} mutants on {len(copies)} workers…", flush=True)
+            to_run = [mutant for mutant in sampled if not mutant.equivalent_because]
+            print(f"mutation: running {len(to_run)} mutants on {len(copies)} workers…", flush=True)
 
             def progress(mutant: Mutant, verdict: str, how: str) -> None:
                 print("." if verdict == "killed" else "S", end="", flush=True)
 
-            verdicts = run_all(servers, sampled, coverage, progress)
+            verdicts = run_all(servers, to_run, coverage, progress)
             print()
         finally:
             for server in servers:
@@ -527,7 +719,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     conditions = (
         f"mutmut {_version('mutmut')} mutants, coverage.py {_version('coverage')} contexts; "
         f"sample <= {args.max_per_file} per file, seed {args.seed}, {len(copies)} workers; "
-        f"tests {' '.join(args.tests)}; equivalents {args.equivalents.name}; "
+        f"tests {' '.join(args.tests)}; equivalents {args.equivalents.name} and SQL case rule; "
+        "logging calls and task names not mutated; "
         f"{os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s"
     )
     scores = report(results, conditions)

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from devtools.mutation import default_files, describe, generate, load_equivalents, survivors_of
+from devtools.mutation import (
+    SQL_CASE_REASON,
+    default_files,
+    describe,
+    generate,
+    load_equivalents,
+    looks_like_sql,
+    same_sql_ignoring_case,
+    survivors_of,
+)
 
 SOURCE = """\
 def clamp(value: int, low: int, high: int) -> int:
@@ -106,3 +115,77 @@ def test_survivors_of_an_earlier_run_can_be_run_again(tmp_path: Path) -> None:
         ("core/x.py:4", "if a > b: ⟶ if a >= b:"),
         ("core/x.py:9", "return low ⟶ (removed)"),
     }
+
+
+LOGGING_AND_TASKS = """\
+import asyncio
+import logging
+
+log = logging.getLogger(__name__)
+
+
+async def start(work, label: str) -> object:
+    if not label:
+        log.warning("no label for %s", work)
+    return asyncio.create_task(work(), name=f"job:{label}")
+"""
+
+
+def test_logging_calls_and_task_names_are_not_mutated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["m.py"]\n')
+    monkeypatch.chdir(tmp_path)
+    total, every = generate("m.py", LOGGING_AND_TASKS, max_count=1_000, seed=1)
+    task = 'return asyncio.create_task(work(), name=f"job:{label}")'
+    # the condition around the log call and the task's own work are still mutated; the log
+    # call's arguments and the task's name (read by nothing) are not
+    assert total == len(every)
+    assert [m.mutation for m in every] == [
+        "if not label: ⟶ if label:",
+        f'{task} ⟶ return asyncio.create_task(None, name=f"job:{{label}}")',
+        f'{task} ⟶ return asyncio.create_task(name=f"job:{{label}}")',
+    ]
+
+
+SQL = """\
+def query(db, key):
+    db.execute("DELETE FROM runs WHERE key = ?", (key,))
+    db.execute(
+        "SELECT id, body FROM inbox "
+        "where state = 'pending'"
+    )
+    return "Hello there"
+"""
+
+
+def test_a_mutant_changing_only_the_case_of_sql_is_equivalent_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["m.py"]\n')
+    monkeypatch.chdir(tmp_path)
+    _, every = generate("m.py", SQL, max_count=1_000, seed=1)
+    by_rule = [m.mutation for m in every if m.equivalent_because == SQL_CASE_REASON]
+    delete = 'db.execute("DELETE FROM runs WHERE key = ?", (key,))'
+    assert by_rule == [
+        f'{delete} ⟶ db.execute("delete from runs where key = ?", (key,))',
+        f'{delete} ⟶ db.execute("DELETE FROM RUNS WHERE KEY = ?", (key,))',
+        # a line of a concatenation whose other line is SQL is SQL too
+        '"SELECT id, body FROM inbox " ⟶ "select id, body from inbox "',
+        '"SELECT id, body FROM inbox " ⟶ "SELECT ID, BODY FROM INBOX "',
+    ]
+    # not equivalent: a quoted literal's case ('pending'), XX padding, text that is not SQL
+    assert all(m.equivalent_because == "" for m in every if m.mutation not in by_rule)
+    assert any("'PENDING'" in m.mutation for m in every)
+    assert any('"hello there"' in m.mutation for m in every)
+
+
+def test_sql_case_rule_keeps_quoted_values_and_needs_sql() -> None:
+    assert same_sql_ignoring_case("SELECT id FROM t", "select id from t")
+    assert same_sql_ignoring_case("at >= ?", "AT >= ?")
+    assert not same_sql_ignoring_case("WHERE state = 'pending'", "where state = 'PENDING'")
+    assert not same_sql_ignoring_case('SELECT "Key" FROM t', 'select "KEY" from t')
+    assert not same_sql_ignoring_case("SELECT id FROM t", "XXSELECT id FROM tXX")
+    assert looks_like_sql("run_id = ? WHERE id = ?") and looks_like_sql("at >= ?")
+    assert not looks_like_sql("surface has no readable ref")
+    assert not looks_like_sql("from the start")  # English: the keywords are upper case in SQL
