@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol, TextIO, runtime_checkable
 
 from bots.errors import install_redaction
+from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
 from bots.settings import Settings, SettingsError
 from bots.surface import SurfaceFactory
@@ -179,7 +180,7 @@ def _without(text: str, secrets: Sequence[str]) -> str:
 async def open_app(
     settings: Settings,
     *,
-    platform_rules: str,
+    platform_rules: PlatformRules,
     surfaces: SurfaceFactory | None = None,
 ) -> AsyncIterator[App]:
     """Open the store and build the runner; on exit stop every run, close models and store.

@@ -11,8 +11,9 @@ counters in it. Everything volatile goes into the user message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import TypeAlias
 
 from bots.incoming import BackfillMessage
 from core.messages import Author, UserMessage
@@ -35,6 +36,21 @@ How to work:
 
 SUMMARY_OPEN = "<conversation-summary>"
 SUMMARY_CLOSE = "</conversation-summary>"
+
+
+PlatformRules: TypeAlias = str | Mapping[str, str]
+
+
+def rules_for(platform_rules: PlatformRules, channel_key: str) -> str:
+    """The formatting rules for a channel: one text for every channel, or the text of the
+    channel key's platform (`slack:…` → "slack") when one process serves several platforms,
+    so a Slack channel's prompt never carries Discord's rules (and stays byte-stable)."""
+    if isinstance(platform_rules, str):
+        return platform_rules
+    platform = channel_key.partition(":")[0]
+    if platform in platform_rules:
+        return platform_rules[platform]
+    return "\n\n".join(platform_rules[name] for name in sorted(platform_rules))
 
 
 def system_prompt(

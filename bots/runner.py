@@ -28,7 +28,7 @@ from bots.budgets import budget_refusal
 from bots.errors import describe_model_error, new_reference, unexpected_failure_text
 from bots.inbox import ConversationState, Queued, RunState, Unseen
 from bots.incoming import Incoming
-from bots.prompt import backfill_message, system_prompt
+from bots.prompt import PlatformRules, backfill_message, rules_for, system_prompt
 from bots.recovery import INTERRUPTED_TEXT, OWNER, owner_alive
 from bots.settings import ChannelConfig, Settings
 from bots.surface import Notice, RunFinished, RunStarted, Surface, SurfaceFactory
@@ -85,7 +85,7 @@ class ConversationRunner:
         settings: Settings,
         model_factory: Callable[[str], Model],
         toolset_factory: Callable[[str], Sequence[AnyTool]],
-        platform_rules: str,
+        platform_rules: PlatformRules,
         surfaces: SurfaceFactory | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -706,7 +706,7 @@ class ConversationRunner:
         if stored_prompt is None:
             stored_prompt = self.settings.channel(channel_key).system_prompt
         return system_prompt(
-            platform_rules=self._platform_rules,
+            platform_rules=rules_for(self._platform_rules, channel_key),
             channel_prompt=stored_prompt,
             global_prompt=self.settings.system_prompt,
             tools=tools,

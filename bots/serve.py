@@ -130,16 +130,14 @@ async def serve(
     bot = SlackBot(settings) if plan.slack is not None else None
     discord = DiscordPlatform(settings) if plan.discord else None
     surfaces = PlatformSurfaces()
-    rules: list[str] = []
+    # One runner for every platform; each channel's prompt carries its own platform's rules.
+    platform_rules: dict[str, str] = {}
     if bot is not None:
         surfaces.add("slack", bot.surfaces)
-        rules.append(SLACK_RULES)
+        platform_rules["slack"] = SLACK_RULES
     if discord is not None:
         surfaces.add("discord", discord.surfaces)
-        rules.append(DISCORD_RULES)
-    # One runner for every platform: each platform's rules, each naming its platform (the
-    # per-message header says where a message comes from).
-    platform_rules = "\n\n".join(rules)
+        platform_rules["discord"] = DISCORD_RULES
 
     async def shutdown(grace: float) -> None:
         await asyncio.gather(

@@ -128,3 +128,33 @@ async def test_an_unreadable_stored_configuration_is_ignored_not_fatal(
     (request,) = models.made["file-model"].requests
     assert "From the file." in request.system_prompt
     await runner.close()
+
+
+async def test_one_runner_for_several_platforms_gives_each_channel_its_own_platforms_rules(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    # `teammate serve` with Slack and Discord: one runner, and a Slack channel's prompt must
+    # not carry Discord's formatting rules (nor the other way round).
+    models = Models()
+    runner = ConversationRunner(
+        store=store,
+        settings=Settings(data_dir=tmp_path, model="m"),
+        model_factory=models,
+        toolset_factory=lambda _channel: [],
+        platform_rules={"slack": "Slack markdown rules.", "discord": "Discord markdown rules."},
+        surfaces=RecordingSurfaces(),
+    )
+    await ask(runner, "from slack")
+    discord_key = "discord:G1:T9"
+    await runner.submit(
+        incoming("from discord", key=discord_key, channel="discord:G1:C1"),
+        RecordingSurface(),
+    )
+    await runner.wait(discord_key)
+
+    slack, discord = models.made["m"].requests
+    assert "Slack markdown rules." in slack.system_prompt
+    assert "Discord" not in slack.system_prompt
+    assert "Discord markdown rules." in discord.system_prompt
+    assert "Slack" not in discord.system_prompt
+    await runner.close()
