@@ -17,7 +17,6 @@ runner, gives running answers `grace_s` to finish, and leaves the rest to `runne
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal
@@ -38,9 +37,6 @@ SLACK_API_URL = "https://slack.com/api/"
 EVENTS_PATH = "/slack/events"
 MAX_PENDING_EVENTS = 10_000  # scheduled but not yet handed to the runner
 WEB_API_TIMEOUT_S = 30.0
-# Work after an ack waits (at most this long) while other requests wait for their acks: in a
-# burst, the acks go first instead of queueing behind earlier events' work on the same loop.
-ACKS_FIRST_MAX_WAIT_S = 2.0
 
 SLACK_RULES = """\
 You are talking in Slack, in a thread of a channel or in a direct message. Your reply is \
@@ -96,9 +92,6 @@ class SlackBot:
         self._commands = commands
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
-        self._requests_in_flight = 0  # HTTP requests not yet answered
-        self._no_requests = asyncio.Event()
-        self._no_requests.set()
         self._socket: Any | None = None
         self._http: Any | None = None  # aiohttp AppRunner
         self._runner: ConversationRunner | None = None
@@ -182,15 +175,8 @@ class SlackBot:
         from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 
         async def events(request: web.Request) -> web.Response:
-            self._requests_in_flight += 1
-            self._no_requests.clear()
-            try:
-                bolt_response = await self.bolt.async_dispatch(await to_bolt_request(request))
-                return await to_aiohttp_response(bolt_response)
-            finally:
-                self._requests_in_flight -= 1
-                if self._requests_in_flight == 0:
-                    self._no_requests.set()
+            bolt_response = await self.bolt.async_dispatch(await to_bolt_request(request))
+            return await to_aiohttp_response(bolt_response)
 
         web_app = web.Application(client_max_size=4 * 1024 * 1024)
         web_app.router.add_post(EVENTS_PATH, events)
@@ -266,11 +252,6 @@ class SlackBot:
     def pending_events(self) -> int:
         return len(self._tasks)
 
-    @property
-    def requests_in_flight(self) -> int:
-        """HTTP requests received and not yet answered (acknowledged)."""
-        return self._requests_in_flight
-
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Run an event's work after its acknowledgement, tracked until it is done."""
         if len(self._tasks) >= MAX_PENDING_EVENTS:
@@ -291,20 +272,9 @@ class SlackBot:
 
     async def _guarded(self, work: Coroutine[Any, Any, None], name: str) -> None:
         try:
-            try:
-                await self._acks_first()
-            except asyncio.CancelledError:
-                work.close()
-                raise
             await work
         except Exception:
             log.exception("handling %s failed", name)
-
-    async def _acks_first(self) -> None:
-        """Wait, bounded, until no HTTP request waits for its ack (at once if none does)."""
-        if self._requests_in_flight:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._no_requests.wait(), ACKS_FIRST_MAX_WAIT_S)
 
     async def _refuse_while_closing(self, next: Callable[[], Awaitable[Any]]) -> Any:
         if self._closing:

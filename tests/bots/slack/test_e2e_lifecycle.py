@@ -212,28 +212,3 @@ async def test_a_refused_token_or_no_slack_is_one_line_without_the_token(
             assert "xoxb-" not in message
     finally:
         await store.close()
-
-
-async def test_in_http_mode_work_waits_while_other_requests_wait_for_their_acks(
-    fake_slack: FakeSlack, tmp_path: Path
-) -> None:
-    model = ScriptedModel([Reply(text="After the acks.")])
-    async with running(fake_slack, tmp_path, model, mode="http") as app:
-        assert app.port is not None
-        # A request still arriving: its ack is pending until its body is complete.
-        _reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
-        writer.write(
-            b"POST /slack/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
-        )
-        await writer.drain()
-        while app.bot.requests_in_flight == 0:  # noqa: ASYNC110 (the server reads the headers)
-            await asyncio.sleep(0.01)
-        question = message_event(fake_slack, "hello")
-        assert await app.event(question) == 200
-        await asyncio.sleep(0.3)
-        assert not model.requests, "the answer started while another ack was pending"
-        writer.close()
-        await app.settle()
-        assert "After the acks." in texts(fake_slack.bot_replies("C1", question["ts"]))
-        assert len(model.requests) == 1
