@@ -34,7 +34,7 @@ import aiohttp
 import pytest
 
 from bots.recovery import INTERRUPTED_TEXT
-from bots.slack.surface import STOPPED_REACTION
+from bots.slack.surface import DONE_REACTION, STOPPED_REACTION
 from storage.postgres import PostgresStore
 from tests.bots.slack.e2e_harness import message_event
 from tests.bots.slack.scale_child import SECRET
@@ -207,7 +207,14 @@ async def _many_threads(cluster: Cluster, threads: int, per_thread: int) -> None
             expected[root].append(token)
         await deliver(event, alive)
         ts = event["ts"] if round_ == 0 else roots[thread]
-        await cluster.wait(lambda: token in cluster.answers(ts))
+        # Finished, not only shown: the ✅ on the person's message comes after the run is
+        # recorded as done (a kill while the text streams is an interruption, rightly).
+        await cluster.wait(
+            lambda: (
+                token in cluster.answers(ts)
+                and DONE_REACTION in cluster.fake.reactions(CHANNEL, event["ts"])
+            )
+        )
 
     for round_ in range(per_thread):
         alive = [0, 1, 2] if round_ == 0 else [0, 1]
