@@ -125,8 +125,12 @@ async def _hammer(
             texts.append(text_of(result))
 
     with Swapper(workspace, outside) as swapper:
-        for r in range(ROUNDS):
+        # At least ROUNDS rounds, and more until the swapper thread has swapped at all: on a
+        # loaded machine it may not get scheduled during the first ones.
+        r = 0
+        while r < ROUNDS or (swapper.swaps == 0 and r < 50 * ROUNDS):
             await asyncio.gather(*(one(r * PARALLEL + i) for i in range(PARALLEL)))
+            r += 1
     assert swapper.swaps > 0
     return texts
 
