@@ -176,14 +176,14 @@ class DiscordPlatform:
     async def start(self, runner: ConversationRunner) -> DiscordIdentity:
         """Log in, connect to the gateway and sync the commands; raises `DiscordCheckError`
         when Discord refuses (the token, or the Message Content intent)."""
-        from bots.discord.bot import TeammateBot
+        from bots.discord.bot import create_bot
         from bots.discord.payloads import use_endpoints
 
         token = require_discord(self.settings)
         self._restore = use_endpoints(
             self.settings.discord_api_url, self.settings.discord_gateway_url
         )
-        bot = TeammateBot(runner, self.settings, surfaces=self.surfaces)
+        bot = create_bot(runner, self.settings, surfaces=self.surfaces)  # sharding as configured
         self._bot = bot
         self._task = asyncio.create_task(bot.start(token), name="discord gateway")
         ready = asyncio.create_task(bot.wait_until_ready())
