@@ -273,6 +273,13 @@ def locate(
                     if hops > MAX_SYMLINK_HOPS:
                         raise _open_error(exc, shown) from None
                     continue
+                if stat.S_ISDIR(info.st_mode):  # a link a moment ago, a directory again now
+                    pending.appendleft(name)
+                    hops += 1
+                    if hops > MAX_SYMLINK_HOPS:
+                        changing = f"'{raw}' kept changing while it was being opened."
+                        raise ToolError(changing) from None
+                    continue
                 if not stat.S_ISLNK(info.st_mode):
                     raise ToolError(
                         f"'{shown}' is {describe_kind(info.st_mode)}, not a directory, so it "
@@ -423,8 +430,8 @@ def open_dir(root: Root, raw: str) -> tuple[int, str]:
                     info = os.stat(at.name, dir_fd=at.dir_fd, follow_symlinks=False)
                 except OSError:
                     continue
-                if stat.S_ISLNK(info.st_mode):
-                    continue
+                if stat.S_ISLNK(info.st_mode) or stat.S_ISDIR(info.st_mode):
+                    continue  # it changed meanwhile: look again
                 raise ToolError(
                     f"'{at.shown}' is {describe_kind(info.st_mode)}, not a directory."
                 ) from None
