@@ -26,21 +26,33 @@ from typing import Any
 
 from bots.access import access_refusal
 from bots.budgets import utc_day_start
+from bots.channel_config import (
+    ChannelConfigs,
+    ConfigChange,
+    allowed_tools,
+    describe,
+)
 from bots.incoming import Incoming
 from bots.runner import ConversationRunner
 from bots.settings import ChannelConfig, Settings
 from core.messages import Author, Usage
-from core.models.catalog import ANTHROPIC_MODELS, anthropic_model_spec
 
 log = logging.getLogger(__name__)
 
 ANSWER_WITHIN_S = 2.0  # Slack gives 3 s; the rest is for the network
 MAX_RESET_CONVERSATIONS = 10_000
-MAX_PROMPT_CHARS = 4000
-SHOWN_PROMPT_CHARS = 600
 WORKING_TEXT = "Working on it…"
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
+
+
+# What each `config` field wants, when it is given without a value.
+_CONFIG_HINTS = {
+    "prompt": "Give the instructions: `config prompt <text>` (or `config prompt clear`).",
+    "model": "Name the model: `config model <id>` (or `config model default`).",
+    "tools": "List the tools: `config tools read,grep` (allowed here: {allowed}), "
+    "`config tools none` or `config tools default`.",
+}
 
 
 @dataclass(slots=True, frozen=True)
@@ -92,7 +104,7 @@ class SlashCommands:
         self.runner = runner
         self.settings = settings
         self._clock = clock
-        self._config_lock = asyncio.Lock()  # one read-modify-write of a configuration at a time
+        self._configs = ChannelConfigs(runner.store, settings)  # one change at a time
 
     async def answer(self, invocation: Invocation) -> str:
         refusal = self._refusal(invocation)
@@ -172,109 +184,30 @@ class SlashCommands:
         field, _, value = rest.partition(" ")
         field, value = field.lower(), value.strip()
         key = invocation.channel_key
-        async with self._config_lock:
-            stored = ChannelConfig.from_stored(await self.runner.store.get_channel_config(key))
-            if field in ("", "show"):
-                return self._show(invocation, stored)
-            if field == "reset":
-                changed = ChannelConfig()
-            elif field == "prompt":
-                problem, changed = self._set_prompt(stored, value)
-                if problem:
-                    return problem
-            elif field == "model":
-                problem, changed = self._set_model(stored, value)
-                if problem:
-                    return problem
-            elif field == "tools":
-                problem, changed = self._set_tools(key, stored, value)
-                if problem:
-                    return problem
-            else:
-                return f"I can't configure `{_short(field, 40)}`.\n" + self._usage_of_config(
-                    invocation.command
-                )
-            await self.runner.store.set_channel_config(
-                key, changed.to_stored(), by=invocation.user.id
+        if field in ("", "show"):
+            return self._show(invocation, await self._configs.current(key))
+        hint = _CONFIG_HINTS.get(field)
+        if hint is None and field != "reset":
+            return f"I can't configure `{_short(field, 40)}`.\n" + self._usage_of_config(
+                invocation.command
             )
-        log.info("%s changed the configuration of %s (%s)", invocation.user.id, key, field)
+        if hint is not None and not value:
+            allowed = ", ".join(allowed_tools(self.settings, key)) or "none"
+            return hint.format(allowed=allowed)
+        change = ConfigChange(
+            reset=field == "reset",
+            prompt=value if field == "prompt" else None,
+            model=value if field == "model" else None,
+            tools=value if field == "tools" else None,
+        )
+        problem, changed = await self._configs.change(key, change, by=invocation.user.id)
+        if problem:
+            return problem
         return "Saved; it applies from the next answer.\n" + self._show(invocation, changed)
 
-    def _set_prompt(self, stored: ChannelConfig, value: str) -> tuple[str, ChannelConfig]:
-        if not value:
-            return (
-                "Give the instructions: `config prompt <text>` (or `config prompt clear`).",
-                stored,
-            )
-        if value.lower() == "clear":
-            return "", stored.model_copy(update={"system_prompt": None})
-        if len(value) > MAX_PROMPT_CHARS:
-            return f"That's {len(value)} characters; the limit is {MAX_PROMPT_CHARS}.", stored
-        return "", stored.model_copy(update={"system_prompt": value})
-
-    def _set_model(self, stored: ChannelConfig, value: str) -> tuple[str, ChannelConfig]:
-        if not value:
-            return "Name the model: `config model <id>` (or `config model default`).", stored
-        if value.lower() == "default":
-            return "", stored.model_copy(update={"model": None})
-        known = value == "scripted" or anthropic_model_spec(value).info.prices.input > 0
-        if not known:
-            choices = ", ".join(f"`{model_id}`" for model_id in ANTHROPIC_MODELS)
-            return f"I don't know the model `{_short(value, 80)}`. Known: {choices}.", stored
-        key = self.settings.anthropic_api_key
-        if value != "scripted" and (key is None or not key.get_secret_value()):
-            return f"`{value}` needs ANTHROPIC_API_KEY, which is not set.", stored
-        return "", stored.model_copy(update={"model": value})
-
-    def _set_tools(
-        self, channel_key: str, stored: ChannelConfig, value: str
-    ) -> tuple[str, ChannelConfig]:
-        allowed = self._allowed_tools(channel_key)
-        if not value:
-            return (
-                f"List the tools: `config tools read,grep` (allowed here: "
-                f"{', '.join(allowed) or 'none'}), `config tools none` or `config tools default`.",
-                stored,
-            )
-        if value.lower() == "default":
-            return "", stored.model_copy(update={"tools": None})
-        if value.lower() == "none":
-            return "", stored.model_copy(update={"tools": ()})
-        names = [name for name in value.replace(",", " ").split() if name]
-        refused = [name for name in names if name not in allowed]
-        if refused:
-            return (
-                f"Not allowed here: {', '.join(_short(n, 40) for n in refused[:10])}. The "
-                f"configuration file allows: {', '.join(allowed) or 'none'}.",
-                stored,
-            )
-        return "", stored.model_copy(update={"tools": tuple(dict.fromkeys(names))})
-
-    def _allowed_tools(self, channel_key: str) -> list[str]:
-        """The tools the configuration file gives the channel: a chat command may narrow them,
-        never add one (`bash` above all)."""
-        tools = self.settings.tools_for(channel_key)
-        return [*tools.enabled, *(["bash"] if tools.bash_enabled else [])]
-
     def _show(self, invocation: Invocation, stored: ChannelConfig) -> str:
-        key = invocation.channel_key
-        file_channel = self.settings.channel(key)
-        if stored.model is not None:
-            model = f"`{stored.model}` (set here)"
-        else:
-            model = f"`{self.settings.model_for(key)}` (configuration file)"
-        if stored.system_prompt is not None:
-            prompt = f"{_quote(stored.system_prompt)} (set here)"
-        elif file_channel.system_prompt.strip():
-            prompt = f"{_quote(file_channel.system_prompt)} (configuration file)"
-        else:
-            prompt = "none"
-        allowed = self._allowed_tools(key)
-        if stored.tools is not None:
-            kept = [name for name in stored.tools if name in allowed]
-            tools = f"{', '.join(kept) or 'none'} (set here)"
-        else:
-            tools = f"{', '.join(allowed) or 'none'} (configuration file)"
+        view = describe(self.settings, invocation.channel_key, stored)
+        model, prompt, tools = view.model, view.prompt, view.tools
         return "\n".join(
             [
                 "*This channel's configuration*",
@@ -377,10 +310,6 @@ def _tokens(usage: Usage) -> str:
 def _dollars(cost: float) -> str:
     """Cents once it matters; small sums with enough digits to be seen at all."""
     return f"${cost:.2f}" if cost >= 0.1 or cost == 0 else f"${cost:.4f}"
-
-
-def _quote(text: str) -> str:
-    return f"“{_short(' '.join(text.split()), SHOWN_PROMPT_CHARS)}”"
 
 
 def _short(text: str, limit: int) -> str:

@@ -229,13 +229,13 @@ async def test_config_set_by_an_admin_survives_a_restart_and_shapes_answers(
     models: dict[str, ScriptedModel] = {}
     async with running(fake_slack, tmp_path, tools=tools, models=models, **settings) as app:
         shown = await app.command("config")
-        assert "`scripted` (configuration file)" in shown["text"]
+        assert "scripted (configuration file)" in shown["text"]
         assert "read, write, edit, ls, find, grep, web_fetch (configuration file)" in shown["text"]
 
         assert "Saved" in (await app.command("config prompt Answer in French."))["text"]
         assert "Saved" in (await app.command("config tools ls"))["text"]
         saved = await app.command("config model claude-opus-4-6")
-        assert "`claude-opus-4-6` (set here)" in saved["text"]
+        assert "claude-opus-4-6 (set here)" in saved["text"]
         refused = await app.command("config tools ls,bash")
         assert "Not allowed here: bash" in refused["text"]
         unknown = await app.command("config model gpt-9")
@@ -245,7 +245,7 @@ async def test_config_set_by_an_admin_survives_a_restart_and_shapes_answers(
         shown = await app.command("config")
         assert "“Answer in French.” (set here)" in shown["text"]
         assert "• tools: ls (set here)" in shown["text"]
-        assert "`claude-opus-4-6` (set here)" in shown["text"]
+        assert "claude-opus-4-6 (set here)" in shown["text"]
         await app.mention("bonjour")
         await app.runner.wait_all()
         (request,) = models["claude-opus-4-6"].requests
@@ -253,7 +253,7 @@ async def test_config_set_by_an_admin_survives_a_restart_and_shapes_answers(
         assert [tool.name for tool in request.tools] == ["ls"]
 
         reset = await app.command("config reset")
-        assert "`scripted` (configuration file)" in reset["text"]
+        assert "scripted (configuration file)" in reset["text"]
         assert await app.store.get_channel_config(f"slack:{fake_slack.team_id}:C1") == {}
 
 
