@@ -632,6 +632,8 @@ class SlackSurface:
             if await self._stop_stream(stream_ts, body, extras):
                 if progress_ts is not None:
                     await self._finish_progress(progress_ts, attachments)
+                elif attachments:  # the run ended before its in-progress message was due
+                    await self._post_tools(attachments)
                 return
         elif stream_ts is not None:
             # Recovery: end the stream if Slack still keeps it open; a failure is expected.
@@ -664,6 +666,17 @@ class SlackSurface:
             await self._post_once(message, part=f"answer:{index}")
         if stream_ts is not None and progress_ts is not None:
             await self._finish_progress(progress_ts, attachments)
+        elif stream_ts is not None and attachments:
+            await self._post_tools(attachments)
+
+    async def _post_tools(self, attachments: list[dict[str, Any]]) -> None:
+        """The tool calls of a streamed answer whose in-progress message was never posted
+        (the run ended first): one message with one attachment per call, as it would have
+        been left."""
+        count = len(self._tools)
+        summary = f"Used {count} tool{'s' if count != 1 else ''}."
+        body = blocks.MessageBody(summary, [blocks.context_block(summary)], attachments)
+        await self._post_once(body, part="tools")
 
     async def _stop_stream(self, stream_ts: str, body: str, extras: list[dict[str, Any]]) -> bool:
         """Finish the native stream with the rest of the answer; False if the answer must be
