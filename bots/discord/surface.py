@@ -22,6 +22,7 @@ Private notices go ephemeral through a live interaction, else are addressed to t
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import io
@@ -79,7 +80,7 @@ _NO_MENTIONS = discord.AllowedMentions.none()
 _REACTIONS = {QUEUED_TEXT: "👀", DELIVERED_TEXT: "✅"}
 
 
-class Posted:
+class Posted(abc.ABC):
     """A message this surface posted and may edit. `edit` returns False when it can no
     longer edit it (an interaction token that expired or was refused)."""
 
@@ -88,8 +89,8 @@ class Posted:
         self.content = content
         self.has_view = False
 
-    async def edit(self, **fields: Any) -> bool:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def edit(self, **fields: Any) -> bool: ...
 
     async def current_content(self) -> str | None:
         """What the message shows now, as Discord says (None: can't tell)."""
