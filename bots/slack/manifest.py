@@ -38,6 +38,7 @@ BOT_EVENTS: tuple[str, ...] = (
     "message.mpim",
     "assistant_thread_started",
     "assistant_thread_context_changed",
+    "agent_session_stopped",  # Slack's own stop button on an agent session (listeners.py)
 )
 
 DEFAULT_NAME = "Teammate"

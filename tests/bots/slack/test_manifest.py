@@ -47,6 +47,7 @@ def test_events_cover_what_the_listeners_subscribe_to() -> None:
         assert f'bolt.event("{event}")' in listeners
     assert "bolt.assistant(" in listeners  # assistant_thread_* events
     assert {"assistant_thread_started", "assistant_thread_context_changed"} <= set(BOT_EVENTS)
+    assert "agent_session_stopped" in BOT_EVENTS  # or Slack's stop button is not offered
 
 
 def test_every_web_api_family_the_adapter_calls_has_its_scope() -> None:
