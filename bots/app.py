@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,7 @@ from core.tools import AnyTool
 from storage.base import ConversationStore
 from storage.postgres import PostgresStore, is_postgres_url, redact_url
 from storage.sqlite import SqliteStore
+from tools.mcp import McpHub
 from tools.toolset import build_toolset
 
 log = logging.getLogger(__name__)
@@ -96,11 +97,24 @@ class Probeable(Protocol):
     async def probe(self) -> str | None: ...
 
 
-def toolset_factory(settings: Settings) -> Callable[[str], Sequence[AnyTool]]:
-    def build(channel_key: str) -> Sequence[AnyTool]:
-        return build_toolset(settings.tools_for(channel_key))
+def toolset_factory(
+    settings: Settings, mcp: McpHub | None = None
+) -> Callable[[str], Awaitable[Sequence[AnyTool]]]:
+    """A channel's tools: ours from its `ToolsConfig`, then its MCP servers' (tools.mcp)."""
+
+    async def build(channel_key: str) -> Sequence[AnyTool]:
+        config = settings.tools_for(channel_key)
+        tools = build_toolset(config)
+        if mcp is not None:
+            tools.extend(await mcp.tools(config.mcp_servers))
+        return tools
 
     return build
+
+
+def mcp_hub(settings: Settings) -> McpHub:
+    """The MCP servers of this process; none starts until a channel needs it."""
+    return McpHub(settings.mcp, cache_dir=settings.data_dir)
 
 
 @dataclass(slots=True)
@@ -109,6 +123,7 @@ class App:
     store: ConversationStore
     runner: ConversationRunner
     models: ModelFactory
+    mcp: McpHub
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -196,7 +211,8 @@ async def open_app(
         ) from None
     store = await open_store(settings)
     models = ModelFactory(settings)
-    toolsets = toolset_factory(settings)
+    mcp = mcp_hub(settings)
+    toolsets = toolset_factory(settings, mcp)
     runner = ConversationRunner(
         store=store,
         settings=settings,
@@ -205,12 +221,13 @@ async def open_app(
         platform_rules=platform_rules,
         surfaces=surfaces,
     )
-    app = App(settings=settings, store=store, runner=runner, models=models)
+    app = App(settings=settings, store=store, runner=runner, models=models, mcp=mcp)
     try:
         yield app
     finally:
         try:
             await runner.close()
         finally:
+            await mcp.aclose()
             await models.aclose()
             await store.close()

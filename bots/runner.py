@@ -16,9 +16,10 @@ render anything (surfaces do).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeAlias
 
 from bots import compaction
@@ -84,7 +85,8 @@ class ConversationRunner:
         store: ConversationStore,
         settings: Settings,
         model_factory: Callable[[str], Model],
-        toolset_factory: Callable[[str], Sequence[AnyTool]],
+        # May be async (MCP tools: tools.mcp), never waiting long (see there).
+        toolset_factory: Callable[[str], Sequence[AnyTool] | Awaitable[Sequence[AnyTool]]],
         platform_rules: PlatformRules,
         surfaces: SurfaceFactory | None = None,
         clock: Callable[[], float] = time.time,
@@ -555,7 +557,8 @@ class ConversationRunner:
             return
 
         loaded = await self.store.load(conversation.id)
-        tools = list(self._toolset_factory(conversation.channel_key))
+        made = self._toolset_factory(conversation.channel_key)
+        tools = list(await made if inspect.isawaitable(made) else made)
         if overrides.tools is not None:  # narrows only: never grants a tool
             tools = [tool for tool in tools if tool.name in overrides.tools]
         prompt = self._system_prompt(conversation.channel_key, tools, overrides.system_prompt)

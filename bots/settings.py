@@ -34,6 +34,7 @@ from pydantic_settings import (
 )
 
 from core.models.catalog import DEFAULT_MODEL
+from tools.mcp_config import McpSettings
 from tools.toolset import ToolsConfig
 
 
@@ -213,6 +214,7 @@ class Settings(BaseSettings):
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)  # MCP tool servers (tools.mcp)
     # Who may use Teammate: platform user ids, and channel keys (or a whole platform, "slack").
     allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
     allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
@@ -294,6 +296,7 @@ class Settings(BaseSettings):
             self.discord_bot_token,
         ]
         found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        found.extend(self.mcp.secret_values())  # what `[mcp.servers]` env/headers name
         password = _url_password(self.database_url)
         return [*found, password] if password else found
 
