@@ -139,17 +139,20 @@ class McpServer:
         return self.state == "ready"
 
     async def aclose(self) -> None:
+        """Stop the server: a ready one through its transport's polite stop, one still
+        starting at once (its handshake is not waited for)."""
+        was = self.state
         self.state = "closed"
         self._stop.set()
         task = self._task
-        if task is not None and not task.done():
-            try:
-                async with asyncio.timeout(5.0):
-                    await asyncio.shield(task)
-            except (TimeoutError, Exception):
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        if task is None or task.done():
+            return
+        if was == "starting":
+            task.cancel()
+        await asyncio.wait([task], timeout=5.0)
+        if not task.done():
+            task.cancel()
+            await asyncio.wait([task], timeout=5.0)
 
     async def _connection(self) -> None:
         started = self._clock()
