@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,7 @@ def test_configuration_names_variables_and_never_echoes_a_value() -> None:
 
     config = McpServerConfig(command=["x"], env={"TOKEN": "MY_TOKEN"})
     assert resolve_env(config, {"MY_TOKEN": "v4lue"}) == {"TOKEN": "v4lue"}
-    with pytest.raises(McpConfigError, match="MY_TOKEN .for env.TOKEN. is not set"):
+    with pytest.raises(McpConfigError, match=re.escape("MY_TOKEN (for env.TOKEN) is not set")):
         resolve_env(config, {})
     settings = McpSettings(servers={"a": config})
     assert settings.secret_values({"MY_TOKEN": "v4lue"}) == ["v4lue"]
@@ -172,7 +173,9 @@ async def test_a_call_observes_the_runs_cancel_signal() -> None:
         call = asyncio.ensure_future(server.call("hang", {}, signal=signal))
         await asyncio.sleep(0.05)
         signal.cancel("Stopped by a person.")
-        with pytest.raises(McpCallFailed, match="The call was stopped: Stopped by a person."):
+        with pytest.raises(
+            McpCallFailed, match=re.escape("The call was stopped: Stopped by a person.")
+        ):
             await asyncio.wait_for(call, START_GUARD_S)
     finally:
         await server.aclose()
