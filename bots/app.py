@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TextIO, runtime_checkable
 
+from bots.channel_tools import channel_tools_factory
 from bots.errors import install_redaction
+from bots.memory import ChannelMemory
 from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
 from bots.settings import Settings, SettingsError
@@ -109,6 +111,7 @@ class App:
     store: ConversationStore
     runner: ConversationRunner
     models: ModelFactory
+    memory: ChannelMemory | None = None
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -197,6 +200,7 @@ async def open_app(
     store = await open_store(settings)
     models = ModelFactory(settings)
     toolsets = toolset_factory(settings)
+    memory = ChannelMemory(store, settings.memory, settings.secrets())
     runner = ConversationRunner(
         store=store,
         settings=settings,
@@ -204,8 +208,9 @@ async def open_app(
         toolset_factory=toolsets,
         platform_rules=platform_rules,
         surfaces=surfaces,
+        channel_tools=channel_tools_factory(settings, memory),
     )
-    app = App(settings=settings, store=store, runner=runner, models=models)
+    app = App(settings=settings, store=store, runner=runner, models=models, memory=memory)
     try:
         yield app
     finally:
