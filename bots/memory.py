@@ -27,6 +27,8 @@ import logging
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
 
 from pydantic import BaseModel, Field
 
@@ -131,7 +133,8 @@ class ChannelMemory:
     def full_text(self) -> str:
         limits = self.settings
         return (
-            f"This channel's memory is full (at most {limits.max_notes} notes and "
+            f"This channel's memory is full (at most {limits.max_notes} "
+            f"note{'s' if limits.max_notes != 1 else ''} and "
             f"{limits.max_total_chars:,} characters in all). Forget a note first "
             "(list them with the memory command)."
         )
@@ -211,3 +214,67 @@ class ForgetTool(AgentTool[ForgetParams]):
 
     def summarize(self, params: ForgetParams) -> str:
         return f"Forget note #{params.id}"
+
+
+# -- `/teammate memory` on any platform: the adapters parse, this acts and words the answer --
+
+MemoryAction: TypeAlias = Literal["list", "add", "forget", "clear"]
+CLEAR_ADMIN_TEXT = "Only Teammate's admins can clear a channel's memory."
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryCommand:
+    """What a person asked of the channel's memory (`text` for add, `note_id` for forget)."""
+
+    action: MemoryAction
+    text: str = ""
+    note_id: int | None = None
+
+
+def parse_memory_words(words: str) -> MemoryCommand | str:
+    """`""`/`list`, `add <text>`, `forget <id>` (or `#id`), `clear`; else a usage text."""
+    word, _, rest = words.strip().partition(" ")
+    word, rest = word.lower(), rest.strip()
+    if word in ("", "list", "show"):
+        return MemoryCommand("list")
+    if word in ("add", "remember"):
+        return MemoryCommand("add", text=rest) if rest else "Give the note: `memory add <text>`."
+    if word in ("forget", "remove", "delete"):
+        number = rest.removeprefix("#")
+        if number.isdigit() and len(number) <= 18:
+            return MemoryCommand("forget", note_id=int(number))
+        return "Name the note by its id: `memory forget 3` (ids are in `memory list`)."
+    if word == "clear":
+        return MemoryCommand("clear")
+    return "Use `memory` (list), `memory add <text>`, `memory forget <id>`, or `memory clear`."
+
+
+async def run_memory_command(
+    memory: ChannelMemory,
+    channel_key: str,
+    command: MemoryCommand,
+    *,
+    user_id: str,
+    is_admin: bool,
+) -> str:
+    """Do what `command` asks in `channel_key`; the answer for the person, as plain text."""
+    if not memory.settings.enabled:
+        return "Channel memory is turned off (`[memory] enabled`)."
+    if command.action == "add":
+        try:
+            note = await memory.add(channel_key, command.text, by=user_id)
+        except NoteRefused as refused:
+            return str(refused)
+        return f"Remembered as #{note.id}: {note.text}"
+    if command.action == "forget":
+        assert command.note_id is not None
+        if await memory.forget(channel_key, command.note_id):
+            return f"Forgot note #{command.note_id}."
+        return f"This channel's memory has no note #{command.note_id}."
+    if command.action == "clear":
+        if not is_admin:
+            return CLEAR_ADMIN_TEXT
+        cleared = await memory.clear(channel_key)
+        log.info("memory of %s cleared by %s (%d notes)", channel_key, user_id, cleared)
+        return f"Cleared this channel's memory ({cleared} note{'s' if cleared != 1 else ''})."
+    return await memory.listing(channel_key)
