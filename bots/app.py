@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TextIO, runtime_checkable
 
+from bots.channel_tools import channel_tools_factory
 from bots.errors import install_redaction
+from bots.memory import ChannelMemory
 from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
 from bots.settings import Settings, SettingsError
@@ -124,6 +126,7 @@ class App:
     runner: ConversationRunner
     models: ModelFactory
     mcp: McpHub
+    memory: ChannelMemory | None = None
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -213,6 +216,7 @@ async def open_app(
     models = ModelFactory(settings)
     mcp = mcp_hub(settings)
     toolsets = toolset_factory(settings, mcp)
+    memory = ChannelMemory(store, settings.memory, settings.secrets())
     runner = ConversationRunner(
         store=store,
         settings=settings,
@@ -220,8 +224,11 @@ async def open_app(
         toolset_factory=toolsets,
         platform_rules=platform_rules,
         surfaces=surfaces,
+        channel_tools=channel_tools_factory(settings, memory),
     )
-    app = App(settings=settings, store=store, runner=runner, models=models, mcp=mcp)
+    app = App(
+        settings=settings, store=store, runner=runner, models=models, mcp=mcp, memory=memory
+    )
     try:
         yield app
     finally:
