@@ -40,7 +40,8 @@ async def test_an_event_acknowledged_but_not_yet_accepted_is_answered_after_a_si
             arrived.set()
             await release.wait()
 
-    async with HookedSlack() as fake:
+    fake = HookedSlack()
+    async with fake:
         fake.add_user("U0000", "person0")
         fake.before = hold_name_lookups
         target = await start(fake, tmp_path)
