@@ -5,8 +5,11 @@ no traceback), back off between retries, lose nothing, and answer normally after
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +17,7 @@ from core.messages import UserMessage
 from tests.chaos.fault_kit import FAST_RETRY, fake_anthropic, fake_slack, slack_app
 from tests.fakes.anthropic_server import (
     JSONReply,
+    Reply,
     SSEReply,
     error_event,
     error_reply,
@@ -46,7 +50,7 @@ def _hang_mid_stream() -> SSEReply:
     return SSEReply(events=text_reply("never").events, hang_after=2, hang_s=120.0)
 
 
-FAULTS = {
+FAULTS: dict[str, tuple[Callable[[], Reply], str]] = {
     "529": (_overloaded, "overloaded"),
     "500": (_server_error, "internal error"),
     "mid-stream error": (_mid_stream_error, "overloaded"),
@@ -55,7 +59,7 @@ FAULTS = {
 }
 
 
-def _visible(messages: list[dict[str, object]]) -> str:
+def _visible(messages: list[dict[str, Any]]) -> str:
     return json.dumps(messages, ensure_ascii=False)
 
 
@@ -74,9 +78,9 @@ async def test_a_model_outage_shows_one_clear_message_backs_off_and_recovers(
             # Retries stopped at the policy's count, and each waited at least its backoff.
             calls = [r for r in model_api.requests if r.path == "/v1/messages"]
             assert len(calls) == ATTEMPTS
-            for n, (before, after) in enumerate(zip(calls, calls[1:], strict=False)):
+            for n, (first, then) in enumerate(itertools.pairwise(calls)):
                 floor = 0.75 * FAST_RETRY.initial_delay_s * 2**n  # the jitter's lower bound
-                assert after.at - before.at >= floor, (n, after.at - before.at)
+                assert then.at - first.at >= floor, (n, then.at - first.at)
 
             # People see exactly one message, in plain words, with no traceback.
             shown = _visible(failed)
