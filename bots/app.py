@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TextIO, runtime_checkable
+from typing import Any, Protocol, TextIO, runtime_checkable
 
 from bots.channel_tools import channel_tools_factory
 from bots.errors import install_redaction
@@ -60,8 +60,10 @@ def require_model_credentials(settings: Settings, channel_key: str) -> None:
 class ModelFactory:
     """Makes models for the runner from settings, and remembers them to close them."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, **options: Any) -> None:
+        """`options` go to the model unchanged (e.g. a test's fast `retry` policy)."""
         self._settings = settings
+        self._options: dict[str, Any] = {"timeout_s": settings.model_idle_timeout_s} | options
         self._made: list[Model] = []
 
     def __call__(self, model_id: str) -> Model:
@@ -72,6 +74,7 @@ class ModelFactory:
             base_url=self._settings.anthropic_base_url,
             thinking=self._settings.thinking,
             max_tokens=self._settings.max_output_tokens,
+            **self._options,
         )
         self._made.append(model)
         return model

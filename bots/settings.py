@@ -242,6 +242,9 @@ class Settings(BaseSettings):
     thinking: Literal["off", "adaptive"] = "adaptive"
     max_output_tokens: int | None = Field(default=None, gt=0)
     max_turns: int = Field(default=50, ge=1, le=500)
+    # A model stream silent this long (no byte, not even a ping) is cut and retried: a stuck
+    # upstream must not hold a conversation for the SDK's ten minutes.
+    model_idle_timeout_s: float = Field(default=90.0, gt=0, le=3600)
     system_prompt: str = ""  # added to the base prompt in every channel
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
