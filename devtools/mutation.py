@@ -705,6 +705,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             def progress(mutant: Mutant, verdict: str, how: str) -> None:
                 print("." if verdict == "killed" else "S", end="", flush=True)
+                if verdict != "killed":  # at once, to work on while the run goes on
+                    place = f"{mutant.file}:{mutant.line}: {mutant.mutation}"
+                    print(f"\n  survived: {place}", file=sys.stderr, flush=True)
 
             verdicts = run_all(servers, to_run, coverage, progress)
             print()
