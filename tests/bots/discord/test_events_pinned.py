@@ -3,6 +3,8 @@ runs): which field a malformed `/teammate config` names, how much of a display n
 
 from __future__ import annotations
 
+from typing import Any
+
 from bots.discord.events import MAX_NAME_CHARS, Ignored, IgnoreReason, parse_interaction
 from tests.bots.discord.test_events import command, message, message_of, user
 
@@ -15,7 +17,8 @@ def test_a_teammate_config_with_broken_options_names_the_options() -> None:
         )
         assert found == Ignored(IgnoreReason.MALFORMED, "options")
     # no single subcommand at all
-    for group in ([], [{"name": "config", "type": 1}] * 2, ["config"]):
+    groups: list[list[Any]] = [[], [{"name": "config", "type": 1}] * 2, ["config"]]
+    for group in groups:
         found = parse_interaction(command("teammate", group))
         assert found == Ignored(IgnoreReason.MALFORMED, "options")
 
