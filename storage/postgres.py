@@ -662,11 +662,11 @@ class PostgresStore:
         ref_json = rows.dump_json(ref)
 
         async def body(connection: asyncpg.Connection) -> RunRecord:
-            # The update is the call's one write; the record is read after it committed.
-            await connection.execute(
-                "UPDATE runs SET surface_ref = $1::jsonb WHERE id = $2", ref_json, run_id
-            )
-            return await rows.run_by_id(connection, run_id)
+            # One statement: a run's ref changes a few times per answer (its messages posted).
+            row = await connection.fetchrow(rows.SET_SURFACE_REF, ref_json, run_id)
+            if row is None:
+                raise KeyError(f"no run with id {run_id}")
+            return rows.run_record(row)
 
         return await self._call(body)
 
