@@ -229,9 +229,7 @@ async def open_app(
         surfaces=surfaces,
         channel_tools=channel_tools_factory(settings, memory),
     )
-    app = App(
-        settings=settings, store=store, runner=runner, models=models, mcp=mcp, memory=memory
-    )
+    app = App(settings=settings, store=store, runner=runner, models=models, mcp=mcp, memory=memory)
     try:
         yield app
     finally:
