@@ -227,6 +227,14 @@ class McpServer:
                 waiting.cancel()
 
     @property
+    def pid(self) -> int | None:
+        """The stdio server's process id while it runs (None for HTTP or when not running)."""
+        process = self._process
+        if process is None or self.state != "ready":
+            return None
+        return process.pid
+
+    @property
     def closed(self) -> bool:
         return self.state == "closed"
 
