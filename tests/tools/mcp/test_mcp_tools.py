@@ -13,11 +13,12 @@ from typing import Any
 
 import mcp_types
 import pytest
+from aiohttp import web
 from pydantic import ValidationError
 
 from core.messages import Image, Text
 from core.tools import CancelSignal, ToolContext, ToolError
-from tests.tools.mcp.conftest import REPO, START_GUARD_S, stdio_command
+from tests.tools.mcp.conftest import REPO, START_GUARD_S, free_port, stdio_command
 from tests.tools.mcp.server_app import PNG_1X1
 from tools.mcp import McpHub
 from tools.mcp_client import McpCallFailed, McpServer, McpUnavailable, Redactor, backoff_s
@@ -253,3 +254,25 @@ async def test_tools_come_from_the_last_list_without_waiting_for_the_start(
         assert await again.tools(["other"]) == []
     finally:
         await again.aclose()
+
+
+async def test_an_http_server_sending_an_oversized_response_is_cut_off() -> None:
+    async def answer(request: web.Request) -> web.Response:
+        asked = await request.json()
+        huge = "a" * (9 * 1024 * 1024)
+        body = json.dumps({"jsonrpc": "2.0", "id": asked.get("id", 0), "result": {"x": huge}})
+        return web.Response(text=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/mcp", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    server = McpServer("big", McpServerConfig(url=f"http://127.0.0.1:{port}/mcp"), environ={})
+    try:
+        assert not await server.wait_ready(START_GUARD_S)
+        assert server.last_error == "it sent a response over 8192 KiB"
+    finally:
+        await server.aclose()
+        await runner.cleanup()
