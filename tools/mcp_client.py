@@ -155,7 +155,6 @@ class McpServer:
             await asyncio.wait([task], timeout=5.0)
 
     async def _connection(self) -> None:
-        started = self._clock()
         try:
             async with AsyncExitStack() as stack:
                 client = Client(
@@ -183,8 +182,7 @@ class McpServer:
         except asyncio.CancelledError:
             raise
         except TimeoutError:
-            waited = self._clock() - started
-            self._crashed(f"it did not start within {waited:.0f} s")
+            self._crashed(f"it did not start within {self.config.start_timeout_s:g} s")
         except McpConfigError as exc:
             self._crashed(str(exc))
         except BaseException as exc:  # the SDK raises exception groups from its task groups
