@@ -276,3 +276,18 @@ async def test_an_http_server_sending_an_oversized_response_is_cut_off() -> None
     finally:
         await server.aclose()
         await runner.cleanup()
+
+
+async def test_a_server_that_never_starts_delays_one_run_not_every_run(tmp_path: Path) -> None:
+    stuck = local_server("--hang-on-start", start_timeout_s=1)
+    settings = McpSettings(servers={"stuck": stuck}, first_list_wait_s=START_GUARD_S)
+    hub = McpHub(settings, cache_dir=tmp_path, environ={})
+    try:
+        assert await hub.tools() == []  # waited for its first list: the start failed
+        server = hub.servers["stuck"]
+        assert server.state == "down"
+        assert server.last_error == "it did not start within 1 s"
+        assert await hub.tools() == []
+        assert server.state == "starting"  # started again, and not waited for this time
+    finally:
+        await hub.aclose()
