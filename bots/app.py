@@ -3,7 +3,8 @@
 Owns: opening the store under the data directory, the model factory (`create_model` with the
 configured key, base URL, thinking and output limit), the per-channel toolset factory, the
 `ConversationRunner`, logging (to a file in the data directory, secrets redacted), and `open_app`,
-the async context manager that owns the lifetimes of the store, the runner and the models.
+the async context manager that owns the lifetimes of the store, the runner, the models and
+the MCP servers (`tools.mcp.McpHub`: started only when a channel's run needs them).
 
 Must not: render anything (surfaces do), or read the environment itself (settings do).
 """
