@@ -23,6 +23,8 @@ from bots.errors import install_redaction
 from bots.memory import ChannelMemory
 from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
+from bots.scheduler import Scheduler
+from bots.schedules import Schedules
 from bots.settings import Settings, SettingsError
 from bots.surface import SurfaceFactory
 from core.models.base import Model
@@ -112,6 +114,7 @@ class App:
     runner: ConversationRunner
     models: ModelFactory
     memory: ChannelMemory | None = None
+    scheduler: Scheduler | None = None
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -201,6 +204,8 @@ async def open_app(
     models = ModelFactory(settings)
     toolsets = toolset_factory(settings)
     memory = ChannelMemory(store, settings.memory, settings.secrets())
+    # Schedules post to chat platforms: offered in the channels of the platforms served here.
+    platforms = [] if isinstance(platform_rules, str) else list(platform_rules)
     runner = ConversationRunner(
         store=store,
         settings=settings,
@@ -208,13 +213,17 @@ async def open_app(
         toolset_factory=toolsets,
         platform_rules=platform_rules,
         surfaces=surfaces,
-        channel_tools=channel_tools_factory(settings, memory),
+        channel_tools=channel_tools_factory(
+            settings, memory, Schedules(store, settings), platforms
+        ),
     )
-    app = App(settings=settings, store=store, runner=runner, models=models, memory=memory)
+    scheduler = Scheduler(runner, settings)
+    app = App(settings, store, runner, models, memory=memory, scheduler=scheduler)
     try:
         yield app
     finally:
         try:
+            await scheduler.close()
             await runner.close()
         finally:
             await models.aclose()
