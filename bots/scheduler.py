@@ -56,12 +56,17 @@ class ThreadStarter(Protocol):
 
 
 def header_text(schedule: Schedule) -> str:
-    """The new message that opens a scheduled run's thread (Slack and Discord both write a
-    user mention as `<@id>`; the prompt is the adapter's to escape)."""
+    """What the new message that opens a scheduled run's thread says after the attribution,
+    as plain text (each platform escapes it and adds the mention: `SCHEDULED_BY`)."""
     prompt = " ".join(schedule.prompt.split())
     if len(prompt) > HEADER_PROMPT_CHARS:
         prompt = prompt[: HEADER_PROMPT_CHARS - 1] + "…"
-    return f"⏰ Scheduled by <@{schedule.created_by}> (#{schedule.id}): {prompt}"
+    return f"(#{schedule.id}) {prompt}"
+
+
+# The head of a scheduled run's thread: `mention` in the platform's syntax (Slack and Discord
+# both write `<@id>`), `text` escaped for the platform.
+SCHEDULED_BY = "⏰ Scheduled by {mention} {text}"
 
 
 def run_text(schedule: Schedule, due_at: float) -> str:

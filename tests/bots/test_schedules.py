@@ -211,7 +211,7 @@ async def test_a_due_task_runs_once_in_a_new_thread_attributed_to_who_asked(
     assert await wired.scheduler.tick() == []  # the same run is not started twice
     (posted,) = wired.starter.posted
     assert posted.channel_key == CHANNEL and posted.for_user == "U7"
-    assert posted.text.startswith("⏰ Scheduled by <@U7> (#1): Summarise #incidents")
+    assert posted.text == "(#1) Summarise #incidents"
     await wired.runner.wait(posted.conversation_key)
     (finished,) = posted.surface.finished()
     assert finished.outcome == "done" and finished.final_text == "Here is the summary."
