@@ -35,6 +35,7 @@ from bots.channel_config import (
 from bots.discord.access import ADMIN_TEXT, discord_refusal, is_admin
 from bots.discord.buttons import DYNAMIC_ITEMS
 from bots.discord.events import (
+    DM,
     MAX_ATTACHMENTS,
     ButtonPress,
     DiscordFile,
@@ -53,6 +54,7 @@ from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurface
 from bots.incoming import Attachment, BackfillMessage, Incoming
 from bots.memory import ChannelMemory, MemoryCommand, run_memory_command
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
+from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import DiscordSettings, Settings, SettingsError
 from core.messages import Author
 
@@ -531,6 +533,36 @@ class TeammateBot(commands.Bot):
             is_admin=is_admin(self.config, context.person),
         )
         await interaction.response.send_message(text[:2_000], ephemeral=True)
+
+    # -- scheduled work (bots.scheduler.ThreadStarter) ----------------------------------------
+
+    async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
+        """A new message in the channel, attributed to `for_user` (the only one it may ping),
+        and a thread started from it where the run is shown; in a DM, the DM itself."""
+        _platform, guild, channel_id = channel_key.split(":", 2)
+        channel = self.get_channel(int(channel_id)) or await self.fetch_channel(int(channel_id))
+        if not isinstance(channel, discord.abc.Messageable):
+            raise ValueError(f"{channel_key} is not a channel Teammate can write in")
+        head = SCHEDULED_BY.format(mention=f"<@{for_user}>", text=text)
+        only_them = discord.AllowedMentions(
+            everyone=False, roles=False, users=[discord.Object(int(for_user))]
+        )
+        posted = await channel.send(head[:2_000], allowed_mentions=only_them)
+        where: discord.abc.Messageable = channel
+        thread_id = channel_id
+        if guild != DM:
+            thread = await self._thread_from(posted, text)
+            where, thread_id = thread, str(thread.id)
+        key = conversation_key(None if guild == DM else guild, thread_id)
+        self._threads.add(key)
+        surface = DiscordSurface(
+            where,
+            channel_id=int(thread_id),
+            conversation_channel_id=thread_id,
+            clock=self._clock,
+            edit_interval_s=self._edit_interval_s,
+        )
+        return StartedThread(key, surface, title=_title(channel))
 
     # -- buttons (bots.discord.buttons.ButtonHandler) ------------------------------------------
 
