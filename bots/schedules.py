@@ -28,7 +28,8 @@ from zoneinfo import ZoneInfo
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, Field
 
-from bots.settings import ScheduleSettings, Settings
+from bots.channel_config import channel_timezone
+from bots.settings import ChannelConfig, ScheduleSettings, Settings
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult
 from storage.base import ConversationStore, Schedule, TooManySchedules
 
@@ -154,7 +155,8 @@ class Schedules:
             raise ScheduleRefused(f"The prompt may have at most {MAX_PROMPT_CHARS:,} characters.")
         if (new.cron is None) == (new.at is None):
             raise ScheduleRefused("Give either a cron expression (recurring) or a time (once).")
-        timezone = self.settings.timezone_for(channel_key)
+        stored = ChannelConfig.from_stored(await self.store.get_channel_config(channel_key))
+        timezone = channel_timezone(self.settings, channel_key, stored)
         now = self._clock()
         cron: str | None = None
         if new.cron is not None:

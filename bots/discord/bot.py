@@ -354,6 +354,7 @@ class TeammateBot(commands.Bot):
             model="The model here ('default': the configuration file's)",
             tools="Tools here, e.g. read,grep ('none'; 'default': the file's)",
             reset="Forget everything set here",
+            timezone="Time zone for scheduled work, e.g. Europe/Berlin ('default': the file's)",
         )
         async def config(
             interaction: discord.Interaction[Any],
@@ -361,6 +362,7 @@ class TeammateBot(commands.Bot):
             model: str | None = None,
             tools: str | None = None,
             reset: bool = False,
+            timezone: str | None = None,
         ) -> None:
             await self._config(interaction)
 
@@ -628,8 +630,9 @@ def config_text(channel_key: str, view: ConfigView) -> str:
             f"- model: {view.model}",
             f"- extra instructions: {view.prompt}",
             f"- tools: {view.tools}",
+            f"- time zone (scheduled work): {view.timezone}",
             "Change it with `/teammate config` and its options `prompt`, `model`, `tools`, "
-            "`reset`.",
+            "`timezone`, `reset`.",
         ]
     )
 
@@ -644,6 +647,7 @@ def _config_change(options: dict[str, OptionValue]) -> ConfigChange:
         model=text("model"),
         tools=text("tools"),
         reset=options.get("reset") is True,
+        timezone=text("timezone"),
     )
 
 

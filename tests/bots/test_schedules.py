@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bots.channel_config import ChannelConfigs, ConfigChange
 from bots.runner import ConversationRunner
 from bots.scheduler import run_text
 from bots.schedules import (
@@ -281,3 +282,24 @@ async def test_work_for_a_platform_not_served_here_is_left_for_an_instance_that_
     assert await wired.scheduler.tick() == []
     (still,) = await store.due_schedules(clock.now, limit=10)
     assert still.next_run_at == at("2026-12-02 11:00")  # unclaimed
+
+
+async def test_a_channels_stored_time_zone_wins_over_the_files(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    clock = Clock(at("2026-12-02 10:00"))
+    wired = wire(store, tmp_path, ScriptedModel(), clock, schedules={"timezone": "UTC"})
+    configs = ChannelConfigs(store, wired.runner.settings)
+    problem, _ = await configs.change(CHANNEL, ConfigChange(timezone="Mars/Olympus"), by="U1")
+    assert "I don't know the time zone `Mars/Olympus`" in problem
+    problem, _ = await configs.change(CHANNEL, ConfigChange(timezone="Asia/Tokyo"), by="U1")
+    assert problem == ""
+    made = await wired.schedules.create(
+        CHANNEL, NewSchedule("x", cron="0 9 * * *"), by_id="U7", by_name="Sam"
+    )
+    assert made.timezone == "Asia/Tokyo"
+    assert made.next_run_at == at("2026-12-03 00:00")  # 09:00 JST
+    other = await wired.schedules.create(
+        "slack:T1:C2", NewSchedule("x", cron="0 9 * * *"), by_id="U7", by_name="Sam"
+    )
+    assert other.timezone == "UTC"
