@@ -303,3 +303,19 @@ async def test_a_channels_stored_time_zone_wins_over_the_files(
         "slack:T1:C2", NewSchedule("x", cron="0 9 * * *"), by_id="U7", by_name="Sam"
     )
     assert other.timezone == "UTC"
+
+
+async def test_budgets_apply_to_scheduled_runs(store: SqliteStore, tmp_path: Path) -> None:
+    clock = Clock(at("2026-12-02 10:00"))
+    model = ScriptedModel(default=Reply(text="should not run"))
+    wired = wire(store, tmp_path, model, clock, budgets={"channel_usd_per_day": 0.0})
+    await wired.schedules.create(
+        CHANNEL, NewSchedule("x", at="2026-12-02 11:00"), by_id="U7", by_name="Sam"
+    )
+    clock.now = at("2026-12-02 11:00")
+    assert len(await wired.scheduler.tick()) == 1
+    (posted,) = wired.starter.posted
+    await wired.runner.wait(posted.conversation_key)
+    (finished,) = posted.surface.finished()
+    assert finished.outcome == "error" and "Daily budget reached" in (finished.error_text or "")
+    assert model.requests == []
