@@ -188,6 +188,8 @@ async def serve(
             if ready is not None:
                 ready(where or "Discord")
             await stop.wait()
+            if app.scheduler is not None:
+                await app.scheduler.close()  # no new scheduled work while stopping
             err.write(
                 f"teammate: stopping: no new events; answers in progress get {grace_s:g} s "
                 "to finish…\n"
