@@ -17,6 +17,7 @@ Must not: know a platform, or write SQL.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -161,7 +162,10 @@ class Schedules:
         cron: str | None = None
         if new.cron is not None:
             cron = " ".join(new.cron.split())
-            first = check_cron(cron, timezone, now, self.limits.min_interval_minutes * 60.0)
+            # Up to ~1,500 cron steps: off the event loop.
+            first = await asyncio.to_thread(
+                check_cron, cron, timezone, now, self.limits.min_interval_minutes * 60.0
+            )
         else:
             assert new.at is not None
             first = parse_local_time(new.at, timezone)
