@@ -24,6 +24,8 @@ from bots.errors import install_redaction
 from bots.memory import ChannelMemory
 from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
+from bots.scheduler import Scheduler
+from bots.schedules import Schedules
 from bots.settings import Settings, SettingsError
 from bots.surface import SurfaceFactory
 from core.models.base import Model
@@ -131,6 +133,7 @@ class App:
     models: ModelFactory
     mcp: McpHub
     memory: ChannelMemory | None = None
+    scheduler: Scheduler | None = None
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -221,6 +224,8 @@ async def open_app(
     mcp = mcp_hub(settings)
     toolsets = toolset_factory(settings, mcp)
     memory = ChannelMemory(store, settings.memory, settings.secrets())
+    # Schedules post to chat platforms: offered in the channels of the platforms served here.
+    platforms = [] if isinstance(platform_rules, str) else list(platform_rules)
     runner = ConversationRunner(
         store=store,
         settings=settings,
@@ -228,13 +233,17 @@ async def open_app(
         toolset_factory=toolsets,
         platform_rules=platform_rules,
         surfaces=surfaces,
-        channel_tools=channel_tools_factory(settings, memory),
+        channel_tools=channel_tools_factory(
+            settings, memory, Schedules(store, settings), platforms
+        ),
     )
-    app = App(settings=settings, store=store, runner=runner, models=models, mcp=mcp, memory=memory)
+    scheduler = Scheduler(runner, settings)
+    app = App(settings, store, runner, models, mcp=mcp, memory=memory, scheduler=scheduler)
     try:
         yield app
     finally:
         try:
+            await scheduler.close()
             await runner.close()
         finally:
             await mcp.aclose()

@@ -98,6 +98,8 @@ class ChannelConfig(BaseModel):
     system_prompt: str | None = Field(default=None, max_length=4000)
     model: str | None = Field(default=None, max_length=200)
     tools: tuple[str, ...] | None = None
+    # For scheduled work; checked when set (a zone unknown later falls back to the file's).
+    timezone: str | None = Field(default=None, max_length=64)
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any] | None) -> ChannelConfig:
