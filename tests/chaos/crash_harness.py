@@ -50,7 +50,7 @@ from typing import Any, Literal
 import aiohttp
 from aiohttp import web
 
-from benchmarks.slack_ack import SECRET, Target, child_env, start_target
+from benchmarks.slack_ack import _PORT_LINE, SECRET, Target, child_env
 from bots.recovery import INTERRUPTED_TEXT
 from core.history import unanswered_tool_calls
 from core.messages import UserMessage
@@ -73,18 +73,20 @@ ROOT = Path(__file__).resolve().parents[2]
 Backend = Literal["sqlite", "postgres"]
 Phase = Literal["accept", "stream", "tool", "between", "final_stream", "posting"]
 PHASES: tuple[Phase, ...] = ("accept", "stream", "tool", "between", "final_stream", "posting")
-WRITES = frozenset(
-    {
-        "chat.postMessage",
-        "chat.update",
-        "chat.startStream",
-        "chat.appendStream",
-        "chat.stopStream",
-        "reactions.add",
-        "reactions.remove",
-    }
+# The writes an answer makes into its thread, in about this order: the in-progress message
+# (tool calls, Stop), the stream of the final text, its end, the in-progress message's update
+# and the ✅. A `posting` kill lands at the first one of a chosen method, before or after
+# Slack carries it out.
+POSTING = (
+    "chat.postMessage",
+    "chat.startStream",
+    "chat.appendStream",
+    "chat.stopStream",
+    "chat.update",
+    "reactions.add",
 )
-SETTLE_S = 90.0  # a hang guard per wait, not a speed check
+SETTLE_S = 120.0  # a hang guard per wait, not a speed check
+START_S = 300.0  # a process start (slow on a loaded machine), also a hang guard
 LEASE_S = 2  # PostgreSQL instances: a dead one's conversations are taken over after this
 FINAL_WORDS = 24  # the final reply streams in ~this many events
 TOKEN = re.compile(r"tok:(r\d+(?:-next)?)")
@@ -183,11 +185,11 @@ class Trigger:
     token: str
     channel: str
     phase: Phase
-    index: int  # stream event index, or the n-th write into the thread
+    index: int  # stream event index
+    method: str  # posting: the Web API method
     after: bool  # posting: after the fake carried the write out (else before)
     kill: Callable[[], None]
     hit: str | None = None  # what actually fired (the fake's call), once it has
-    writes: int = 0
     fired: asyncio.Event = field(default_factory=asyncio.Event)
 
     def fire(self, what: str) -> None:
@@ -216,9 +218,34 @@ class Instance:
         return self.target.url
 
     async def start(self) -> None:
+        """Start `teammate slack --http`; returns once it listens (it printed its port)."""
         command = [sys.executable, "-m", "bots.cli", "slack", "--http"]
         command += ["--host", "127.0.0.1", "--port", "0"]
-        self.target = await start_target("teammate", command, self.env, str(ROOT))
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            env=self.env,
+            cwd=str(ROOT),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        assert process.stdout is not None
+        seen: list[str] = []
+        while True:
+            line = (await asyncio.wait_for(process.stdout.readline(), START_S)).decode()
+            if not line:
+                raise RuntimeError(f"teammate exited before listening:\n{''.join(seen)}")
+            seen.append(line)
+            match = _PORT_LINE.search(line)
+            if match:
+                break
+
+        async def drain() -> None:  # never let the child block on a full pipe
+            assert process.stdout is not None
+            while await process.stdout.readline():
+                pass
+
+        self.target = Target("teammate", process, int(match.group(1)), asyncio.create_task(drain()))
 
     def kill(self) -> None:
         if self.target is not None and self.target.process.returncode is None:
@@ -313,6 +340,9 @@ class CrashRig:
         self.fetches: list[str] = []
         self._restarting: asyncio.Future[None] | None = None
         self._phases: list[Phase] = []
+        self.phase: Phase = PHASES[0]  # the current run's
+        self.plan: list[Phase] | None = None  # the phases in this order (else seeded)
+        self.posting: tuple[str, bool] | None = None  # (method, after) for every posting kill
         count = 3 if backend == "postgres" else 1
         self.instances = []
         for n in range(count):
@@ -350,13 +380,11 @@ class CrashRig:
                 t.fire("users.info")
         elif (
             t.phase == "posting"
-            and method in WRITES
+            and method == t.method
             and args.get("channel") == t.channel
             and t.after == after
         ):
-            t.writes += 1
-            if t.writes == t.index:
-                t.fire(f"{method} ({'after' if after else 'before'} Slack did it)")
+            t.fire(f"{method} ({'after' if after else 'before'} Slack did it)")
 
     def _model_request(self, token: str, final: bool) -> None:
         t = self.trigger
@@ -385,19 +413,20 @@ class CrashRig:
             await self._restarting
             self._restarting = None
         if not self._phases:  # every phase once per cycle, in a seeded order
-            self._phases = list(PHASES)
-            rng.shuffle(self._phases)
-        phase = self._phases.pop()
+            self._phases = list(self.plan or PHASES)
+            if self.plan is None:
+                rng.shuffle(self._phases)
+            self._phases.reverse()
+        phase = self.phase = self._phases.pop()
         token = f"r{n}"
         channel = f"C{n:04d}"
         alive = [i for i in self.instances if i.alive]
         victim = rng.choice(alive)
-        index = {
-            "stream": rng.randrange(1, 8),
-            "final_stream": rng.randrange(1, FINAL_WORDS),
-            "posting": rng.randrange(1, 4),
-        }.get(phase, 0)
-        trigger = Trigger(token, channel, phase, index, rng.random() < 0.5, victim.kill)
+        index = {"stream": rng.randrange(1, 8), "final_stream": rng.randrange(1, FINAL_WORDS)}
+        method, after = rng.choice(POSTING), rng.random() < 0.5
+        if phase == "posting" and self.posting is not None:
+            method, after = self.posting
+        trigger = Trigger(token, channel, phase, index.get(phase, 0), method, after, victim.kill)
         result = RunResult(n, self.backend, phase, None)
         self.trigger = trigger
         first = self._event(channel, token, user=_user_of(token))
@@ -521,6 +550,9 @@ class CrashRig:
     async def _check(
         self, result: RunResult, store: ConversationStore, channel: str, root: str, token: str
     ) -> None:
+        if os.environ.get("CHAOS_DUMP"):
+            for m in self.slack.thread(channel, root):
+                print("   ", _readable(m)[:400], flush=True)
         shown_first = self._shown(channel, root, token)
         shown_next = self._shown(channel, root, f"{token}-next")
         result.duplicates = max(0, shown_first - 1) + max(0, shown_next - 1)
@@ -554,6 +586,17 @@ class CrashRig:
         result.problem = "; ".join(p for p in problems if p)
         result.survived = not result.problem
 
+    async def revive(self) -> None:
+        """Every instance up again (after a run the harness could not finish)."""
+        if self._restarting is not None:
+            await asyncio.gather(self._restarting, return_exceptions=True)
+            self._restarting = None
+        for instance in self.instances:
+            if not instance.alive:
+                instance.kill()
+                await instance.reap()
+                await instance.start()
+
     async def close(self) -> None:
         if self._restarting is not None:
             await asyncio.gather(self._restarting, return_exceptions=True)
@@ -580,6 +623,8 @@ async def crash_runs(
     seed: int = 13,
     database_url: str | None = None,
     progress: Callable[[RunResult], None] | None = None,
+    plan: list[Phase] | None = None,
+    posting: tuple[str, bool] | None = None,
 ) -> CrashReport:
     """`runs` kills of the real process (SQLite: one; PostgreSQL at `database_url`: three)."""
     rng = random.Random(seed)
@@ -604,6 +649,7 @@ async def crash_runs(
             await model.start()
             try:
                 rig = CrashRig(backend, directory, slack, model, site, database_url)
+                rig.plan, rig.posting = plan, posting
                 store = await _open_store(backend, rig, database_url)
                 try:
                     first, *rest = rig.instances  # the first migrates alone
@@ -611,7 +657,12 @@ async def crash_runs(
                     await asyncio.gather(*(i.start() for i in rest))
                     async with aiohttp.ClientSession() as session:
                         for n in range(runs):
-                            result = await rig.run_once(n, rng, session, store)
+                            try:
+                                result = await rig.run_once(n, rng, session, store)
+                            except Exception as exc:  # (a start that timed out): counted, on
+                                result = RunResult(n, backend, rig.phase, None)
+                                result.problem = f"the harness failed: {exc!r}"
+                                await rig.revive()
                             results.append(result)
                             if progress is not None:
                                 progress(result)
