@@ -181,7 +181,7 @@ async def open_store(settings: Settings) -> ConversationStore:
                 f"TEAMMATE_DATABASE_URL: {redact_url(url)} is not a postgresql:// URL"
             )
         try:
-            return await PostgresStore.open(url)
+            return await PostgresStore.open(url, lease_ttl_s=settings.instance_lease_s)
         except Exception as exc:
             raise SettingsError(
                 f"the database {redact_url(url)} cannot be opened: "

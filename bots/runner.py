@@ -414,7 +414,7 @@ class ConversationRunner:
     async def _sweep(self) -> None:
         """Take over what dead instances left: their runs and unanswered messages."""
         while not self._closing:
-            await asyncio.sleep(TAKEOVER_SWEEP_S)
+            await asyncio.sleep(min(TAKEOVER_SWEEP_S, self.settings.instance_lease_s / 2))
             try:
                 await self.recover()
             except Exception:

@@ -240,6 +240,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     # `postgresql://...`: several instances share that database; unset: SQLite in data_dir.
     database_url: SecretStr | None = None
+    # Several instances: how long a conversation's lease outlives a dead instance (its runs
+    # are taken over after this; the survivors look every half of it, at most every 15 s).
+    instance_lease_s: float = Field(default=30.0, ge=1.0, le=600.0)
     model: str = DEFAULT_MODEL
     thinking: Literal["off", "adaptive"] = "adaptive"
     max_output_tokens: int | None = Field(default=None, gt=0)
