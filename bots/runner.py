@@ -26,6 +26,7 @@ from bots.access import access_refusal
 from bots.attachments import files_out, user_message
 from bots.budgets import budget_refusal
 from bots.errors import describe_model_error, new_reference, unexpected_failure_text
+from bots.fairness import RunSlots
 from bots.inbox import ConversationState, Queued, RunState, Unseen
 from bots.incoming import Incoming
 from bots.prompt import PlatformRules, backfill_message, rules_for, system_prompt
@@ -106,6 +107,11 @@ class ConversationRunner:
         self._instances = coordination_of(store)
         self._background: set[asyncio.Task[None]] = set()
         self._listening = False
+        self._slots = RunSlots(
+            total=settings.max_concurrent_runs,
+            per_channel=settings.max_runs_per_channel,
+            per_user=settings.max_runs_per_user,
+        )
 
     # -- the public face -------------------------------------------------------------------
 
@@ -456,7 +462,11 @@ class ConversationRunner:
                     # accepted from now on starts a new driver.
                     del self._active[key]
                     break
-                await self._guarded_run(state, list(state.inbox.values()))
+                lead = next(iter(state.inbox.values())).author
+                lead_id = lead.id if lead is not None else None
+                async with self._slots.slot(state.conversation.channel_key, lead_id):
+                    if state.inbox and not self._closing:  # (a stop may have emptied it)
+                        await self._guarded_run(state, list(state.inbox.values()))
         except Exception:
             # Messages not yet delivered stay pending in the store; `recover()` answers them.
             log.exception("the driver of %s failed", key)
