@@ -32,9 +32,14 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings import SettingsError as EnvSourceError
 
 from core.models.catalog import DEFAULT_MODEL
 from tools.toolset import ToolsConfig
+
+# Bounds on what a configuration file may say (a prompt is sent with every model call).
+MAX_PROMPT_CHARS = 100_000
+MAX_MODEL_ID_CHARS = 200
 
 
 class SettingsError(Exception):
@@ -46,8 +51,8 @@ class ChannelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    system_prompt: str = ""  # added to the base system prompt
-    model: str | None = None
+    system_prompt: str = Field(default="", max_length=MAX_PROMPT_CHARS)  # added to the base
+    model: str | None = Field(default=None, max_length=MAX_MODEL_ID_CHARS)
     tools: ToolsConfig | None = None  # replaces the default toolset when given
     # Replies in a thread Teammate is part of continue it without a new mention (None: the
     # platform's default, e.g. `[slack] follow_ups`).
@@ -200,7 +205,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     # `postgresql://...`: several instances share that database; unset: SQLite in data_dir.
     database_url: SecretStr | None = None
-    model: str = DEFAULT_MODEL
+    model: str = Field(default=DEFAULT_MODEL, max_length=MAX_MODEL_ID_CHARS)
     thinking: Literal["off", "adaptive"] = "adaptive"
     max_output_tokens: int | None = Field(default=None, gt=0)
     max_turns: int = Field(default=50, ge=1, le=500)
@@ -212,7 +217,8 @@ class Settings(BaseSettings):
     max_concurrent_runs: int = Field(default=64, ge=1, le=10_000)
     max_runs_per_channel: int = Field(default=16, ge=1, le=10_000)
     max_runs_per_user: int = Field(default=8, ge=1, le=10_000)
-    system_prompt: str = ""  # added to the base prompt in every channel
+    # Added to the base prompt in every channel.
+    system_prompt: str = Field(default="", max_length=MAX_PROMPT_CHARS)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
@@ -352,5 +358,9 @@ def load_settings(**overrides: Any) -> Settings:
         where = ".".join(str(part) for part in first["loc"])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise SettingsError(f"{env_name(where)}: {first['msg']}{more}") from None
+    except EnvSourceError as exc:  # a variable that is not the JSON its setting needs
+        raise SettingsError(f"environment: {exc}") from None
     except (OSError, ValueError) as exc:  # an unreadable or malformed TOML file
         raise SettingsError(f"configuration file: {exc}") from None
+    except RecursionError:  # the TOML parser recurses per level of nesting
+        raise SettingsError("configuration file: values nested too deeply") from None
