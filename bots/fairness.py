@@ -1,11 +1,12 @@
 """Fair shares of the runs in progress: one noisy channel or person cannot starve the others.
 
-Owns: `RunSlots`, which lets at most `total` runs work at once, at most `per_channel` of them in
-one channel and `per_user` for one person. A run that finds no free slot waits; a freed slot
-goes to the channels in turn (round robin), and inside a channel to the oldest waiter whose
-person is under their share. So a channel flooded with a thousand threads gets `per_channel`
-runs at a time and every other channel still gets its own. Messages arriving meanwhile wait in
-their conversation's inbox (they are stored: nothing is lost) and are answered together.
+Owns: `RunSlots`, which lets at most `total` runs work at once, at most `per_channel` of them
+in one channel and `per_user` for one person (if set). A run that finds no free slot waits; a
+freed slot goes to the channels in turn (round robin), and inside a channel to the oldest
+waiter whose person is under their share. So a channel flooded with a thousand threads gets
+`per_channel` runs at a time and every other channel still gets its own. Messages arriving
+meanwhile wait in their conversation's inbox (they are stored: nothing is lost) and are
+answered together.
 
 Nothing here awaits anything but its own waiters; the runner (`bots.runner`) is the only user.
 """
@@ -31,7 +32,7 @@ class _Waiter:
 class RunSlots:
     """`async with slots.slot(channel_key, user_id):` around each run."""
 
-    def __init__(self, *, total: int, per_channel: int, per_user: int) -> None:
+    def __init__(self, *, total: int, per_channel: int, per_user: int | None) -> None:
         self.total = total
         self.per_channel = per_channel
         self.per_user = per_user
@@ -69,7 +70,9 @@ class RunSlots:
     def _fits(self, waiter: _Waiter) -> bool:
         if self._by_channel.get(waiter.channel, 0) >= self.per_channel:
             return False
-        return waiter.user is None or self._by_user.get(waiter.user, 0) < self.per_user
+        if waiter.user is None or self.per_user is None:
+            return True
+        return self._by_user.get(waiter.user, 0) < self.per_user
 
     def _grant(self) -> None:
         """Hand free slots out, one per channel per round, until none fits."""

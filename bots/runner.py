@@ -70,6 +70,11 @@ StopResult: TypeAlias = Literal["stopped", "stale", "idle"]
 DELIVERY_MEMORY_S = 7 * 24 * 3600
 QUEUED_TEXT = "Got it. I'm still working on an earlier message here; I'll read this one next."
 DELIVERED_TEXT = "I've read this and I'm taking it into account."
+OVERSIZED_TEXT = (
+    "This message is too long for the model (about {tokens:,} tokens; it reads at most about "
+    "{room:,} at once), so I haven't read it. Send a shorter message, or attach the text as "
+    "a file and ask about it."
+)
 STALE_STOP_TEXT = "That answer has already finished; nothing was stopped."
 LEASE_LOST_TEXT = "Another Teammate instance took over this conversation."
 # Several instances: how often each looks for conversations a dead instance left behind.
@@ -542,6 +547,9 @@ class ConversationRunner:
             await self.store.get_channel_config(conversation.channel_key)
         )
         model = self._model(overrides.model or self.settings.model_for(conversation.channel_key))
+        batch = await self._refuse_oversized(state, run, batch, model)
+        if not batch:
+            return
         record = await self.store.start_run(
             conversation.id,
             user_id=author.id if author else None,
@@ -688,6 +696,29 @@ class ConversationRunner:
                 text = f"{reason} I won't answer {queued.quote()}; send it again if needed."
                 queued.feed.put(Notice(text, "warning", audience=queued.author))
                 queued.feed.close()
+
+    async def _refuse_oversized(
+        self, state: ConversationState, run: RunState, batch: list[Queued], model: Model
+    ) -> list[Queued]:
+        """Drop, with a clear note, each message that alone would not fit the model's context
+        (a cheap estimate, before any model call): stored, it would fail every later run of
+        the thread. Returns the rest of the batch."""
+        room = model.info.context_window - self.settings.compaction.reserve_tokens
+        room = max(room, model.info.context_window // 2)
+        sizes = {q.item.id: compaction.estimate_tokens(q.item.message) for q in batch}
+        oversized = [q for q in batch if sizes[q.item.id] > room]
+        if not oversized:
+            return batch
+        await self.store.drop(
+            state.conversation.id, [q.item.id for q in oversized], "too long for the model"
+        )
+        for queued in oversized:
+            text = OVERSIZED_TEXT.format(tokens=sizes[queued.item.id], room=room)
+            feed = queued.feed or run.feed
+            feed.put(Notice(text, "warning", audience=queued.author))
+            if feed is not run.feed:
+                feed.close()
+        return [q for q in batch if q not in oversized]
 
     def _acknowledge(self, queued: Queued, text: str) -> None:
         if queued.feed is not None:

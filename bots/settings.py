@@ -212,11 +212,12 @@ class Settings(BaseSettings):
     # A model stream silent this long (no byte, not even a ping) is cut and retried: a stuck
     # upstream must not hold a conversation for the SDK's ten minutes.
     model_idle_timeout_s: float = Field(default=90.0, gt=0, le=3600)
-    # Runs working at once: in all, in one channel, for one person (`bots.fairness`). A
-    # flooded channel gets its share; the others are answered meanwhile.
-    max_concurrent_runs: int = Field(default=64, ge=1, le=10_000)
-    max_runs_per_channel: int = Field(default=16, ge=1, le=10_000)
-    max_runs_per_user: int = Field(default=8, ge=1, le=10_000)
+    # Runs working at once: in all, in one channel, for one person (None: no limit per
+    # person), see `bots.fairness`. A flooded channel gets its share; the others are
+    # answered meanwhile, and a freed slot goes to the channels in turn.
+    max_concurrent_runs: int = Field(default=1024, ge=1, le=100_000)
+    max_runs_per_channel: int = Field(default=64, ge=1, le=100_000)
+    max_runs_per_user: int | None = Field(default=None, ge=1, le=100_000)
     # Added to the base prompt in every channel.
     system_prompt: str = Field(default="", max_length=MAX_PROMPT_CHARS)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
