@@ -11,6 +11,7 @@ import json
 import logging
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,7 @@ async def test_no_secret_reaches_a_log_a_chat_the_model_or_the_store(
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
     async with fake_slack() as slack, fake_anthropic() as model_api:
-        settings_overrides = {"tools": {"bash_enabled": True}, "log_level": "DEBUG"}
+        settings_overrides: dict[str, Any] = {"tools": {"bash_enabled": True}, "log_level": "DEBUG"}
         async with slack_app(slack, model_api, tmp_path, **settings_overrides) as app:
             log_file = setup_logging(app.settings)
             assert log_file == tmp_path / LOG_FILE_NAME
