@@ -25,7 +25,13 @@ from bots import compaction
 from bots.access import access_refusal
 from bots.attachments import files_out, user_message
 from bots.budgets import budget_refusal
-from bots.errors import describe_model_error, new_reference, unexpected_failure_text
+from bots.errors import (
+    describe_model_error,
+    is_storage_failure,
+    new_reference,
+    storage_failure_text,
+    unexpected_failure_text,
+)
 from bots.fairness import RunSlots
 from bots.inbox import ConversationState, Queued, RunState, Unseen
 from bots.incoming import Incoming
@@ -153,6 +159,19 @@ class ConversationRunner:
             # The caller gave up, but the store may still commit: a message it accepted is
             # queued all the same (a platform's retry of it is then a duplicate).
             accepting.add_done_callback(lambda done: self._accepted_late(done, surface))
+            raise
+        except Exception as exc:
+            # Not stored, so not answered: the sender is told so, never left in silence.
+            reference = new_reference()
+            log.exception("could not accept a message in %s (reference %s)", key, reference)
+            if is_storage_failure(exc):
+                text = storage_failure_text(exc, reference, accepting=True)
+            else:
+                text = unexpected_failure_text(reference)
+            feed = self._feed(key, surface)
+            feed.put(Notice(text, "error", audience=incoming.author))
+            feed.close()
+            await feed.wait()
             raise
         if accepted is None:
             log.info("duplicate delivery %s dropped", incoming.delivery_id)
@@ -510,9 +529,14 @@ class ConversationRunner:
         state.run = run
         try:
             await self._run(state, run, batch)
-        except Exception:
+        except Exception as exc:
             reference = new_reference()
             log.exception("run in %s failed (reference %s)", key, reference)
+            error_text = (
+                storage_failure_text(exc, reference, accepting=False)
+                if is_storage_failure(exc)
+                else unexpected_failure_text(reference)
+            )
             usage = Usage()
             if run.id is not None:
                 try:
@@ -528,7 +552,7 @@ class ConversationRunner:
                 outcome="error",
                 usage=usage,
                 final_text="",
-                error_text=unexpected_failure_text(reference),
+                error_text=error_text,
                 reference=reference,
             )
             run.feed.put(finished)
