@@ -12,6 +12,7 @@ Must not: render anything (surfaces do), or read the environment itself (setting
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -201,6 +202,19 @@ def _without(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
+def _require_writable(data_dir: Path) -> None:
+    """The data directory holds the database and the log: refuse a read-only one at start
+    with one line, rather than failing on the first message."""
+    try:
+        read_only = bool(os.statvfs(data_dir).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        raise SettingsError(f"TEAMMATE_DATA_DIR: {data_dir} is on a read-only file system")
+    if not os.access(data_dir, os.W_OK):
+        raise SettingsError(f"TEAMMATE_DATA_DIR: {data_dir} is not writable by this user")
+
+
 @asynccontextmanager
 async def open_app(
     settings: Settings,
@@ -219,6 +233,7 @@ async def open_app(
         raise SettingsError(
             f"TEAMMATE_DATA_DIR: cannot create {settings.data_dir}: {exc.strerror}"
         ) from None
+    _require_writable(settings.data_dir)
     store = await open_store(settings)
     models = ModelFactory(settings)
     mcp = mcp_hub(settings)

@@ -72,6 +72,9 @@ THINKING_STATUS = "thinking…"
 SPLIT_IN_THREAD_CHARS = 50_000  # longer answers are split off the event loop
 STREAM_LIMIT = 11_000  # streamed characters; a longer answer is finished by chat.update
 MAX_RATE_LIMIT_RETRIES = 8
+# Slack answering 5xx to the final answer: tried again after 0.5, 1, 2, 4, 8 s (about 15 s).
+SERVER_ERROR_RETRIES = 5
+SERVER_ERROR_BACKOFF_S = 0.5
 MAX_RETRY_AFTER_S = 60.0
 METADATA_EVENT = "teammate_answer"
 LOOKUP_PAGES = 5  # conversations.replies pages searched for an ambiguous post
@@ -804,27 +807,45 @@ class SlackSurface:
 
     async def _post_once(self, body: blocks.MessageBody, *, part: str) -> str | None:
         """Post a part of the final answer: if the post's fate is unknown and the part is not
-        in the thread, post it again (the final answer must not be lost)."""
-        try:
-            response = await self._call(
-                self._client.chat_postMessage,
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                metadata=self._metadata(part),
-                unfurl_links=False,
-                unfurl_media=False,
-                **body.arguments(),
-            )
-            return str(response["ts"])
-        except SlackApiError as error:
-            log.warning("posting the answer failed (%s)", _error_code(error))
-            if _error_code(error) == "invalid_blocks":
-                return await self._post_plain(body, part)
-            return None
-        except _TRANSPORT_ERRORS:
-            found = await self._find_posted(part)
-            if found is not None:
-                return found
+        in the thread, post it again (the final answer must not be lost). While Slack answers
+        5xx the post is tried again with backoff (looking in the thread first: a failed call
+        may have posted it), then reported in the log as undeliverable."""
+        for attempt in range(SERVER_ERROR_RETRIES + 1):
+            try:
+                response = await self._call(
+                    self._client.chat_postMessage,
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    metadata=self._metadata(part),
+                    unfurl_links=False,
+                    unfurl_media=False,
+                    **body.arguments(),
+                )
+                return str(response["ts"])
+            except SlackApiError as error:
+                if _is_server_error(error) and attempt < SERVER_ERROR_RETRIES:
+                    await self._sleep(SERVER_ERROR_BACKOFF_S * 2**attempt)
+                    found = await self._find_posted(part)
+                    if found is not None:
+                        return found
+                    continue
+                if _error_code(error) == "invalid_blocks":
+                    log.warning("posting the answer failed (invalid_blocks); posting its text")
+                    return await self._post_plain(body, part)
+                log.warning(
+                    "undeliverable: part %s of the answer of run %s in %s (Slack: %s, %d tries)",
+                    part,
+                    self._run_id,
+                    self._channel,
+                    _error_code(error),
+                    attempt + 1,
+                )
+                return None
+            except _TRANSPORT_ERRORS:
+                found = await self._find_posted(part)
+                if found is not None:
+                    return found
+                break
         try:
             response = await self._call(
                 self._client.chat_postMessage,
@@ -966,6 +987,13 @@ def _error_code(error: SlackApiError) -> str:
         return str(error.response.get("error") or "unknown")
     except Exception:
         return "unknown"
+
+
+def _is_server_error(error: SlackApiError) -> bool:
+    try:
+        return int(error.response.status_code) >= 500
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _is_rate_limited(error: SlackApiError) -> bool:

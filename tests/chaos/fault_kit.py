@@ -120,11 +120,12 @@ async def slack_app(
     data_dir: Path,
     *,
     retry: RetryPolicy = FAST_RETRY,
+    busy_timeout_s: float = 10.0,
     **overrides: Any,
 ) -> AsyncIterator[SlackApp]:
     settings = app_settings(slack, model_api, data_dir, **overrides)
     bot = SlackBot(settings)
-    store = await SqliteStore.open(settings.database_path)
+    store = await SqliteStore.open(settings.database_path, busy_timeout_s=busy_timeout_s)
     models = ModelFactory(settings, retry=retry)
     runner = ConversationRunner(
         store=store,
