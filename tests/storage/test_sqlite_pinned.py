@@ -215,3 +215,16 @@ async def test_a_reply_appended_with_its_usage_records_even_one_token_and_its_mo
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         rows = db.execute("SELECT model, output_tokens FROM usage_ledger").fetchall()
     assert rows == [("model-b", 1)]
+
+
+async def test_a_failed_open_leaves_no_file_behind_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    working = tmp_path / "cwd"
+    working.mkdir()
+    monkeypatch.chdir(working)
+    with pytest.raises(sqlite3.Error):
+        await SqliteStore.open(folder)
+    assert list(working.iterdir()) == [] and list(folder.iterdir()) == []
