@@ -164,3 +164,21 @@ async def test_drain_returns_once_every_call_made_so_far_has_run(
 
     assert stored(db_path) == [0, 1, 2, 3, 4, 5, 9]
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_calls_without_a_lone_form_made_together_share_one_transaction(
+    db: aiosqlite.Connection, db_path: Path
+) -> None:
+    # nothing runs when they are made: they still form one unit of work on the connection,
+    # which `drain` waits for, and no call slips in beside it
+    batcher = Batcher(db, SqliteTransactions())
+    statements = await traced(db)
+    tasks = [asyncio.ensure_future(batcher.submit(TWO_STEP, x)) for x in (1, 2, 3)]
+    await asyncio.sleep(0)
+
+    await batcher.drain()
+
+    assert all(task.done() for task in tasks)
+    assert [task.result() for task in tasks] == [1, 2, 3]
+    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
+    assert stored(db_path) == [1, 2, 3]
