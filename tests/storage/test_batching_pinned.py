@@ -182,3 +182,54 @@ async def test_calls_without_a_lone_form_made_together_share_one_transaction(
     assert [task.result() for task in tasks] == [1, 2, 3]
     assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
     assert stored(db_path) == [1, 2, 3]
+
+
+class RollbackReportsAnError(SqliteTransactions):
+    """Rolls back, then fails as a driver may (a connection lost as it answered)."""
+
+    async def rollback(self, db: aiosqlite.Connection) -> None:
+        await super().rollback(db)
+        raise ConnectionError("the rollback's answer was lost")
+
+
+async def test_a_failing_rollback_never_hides_the_calls_own_outcome(
+    db: aiosqlite.Connection, db_path: Path
+) -> None:
+    batcher = Batcher(db, RollbackReportsAnError())
+    # alone, without a lone form: its own transaction, rolled back
+    with pytest.raises(ValueError, match="refused"):
+        await batcher.submit(TWO_STEP, -2)
+    # a batch that fails whole: rolled back, then retried call by call
+    results = await together(*(lambda x=x: batcher.submit(INSERT, x) for x in [0, 1, -3, 4]))
+    assert results[:2] == [0, 1] and results[3] == 4
+    assert isinstance(results[2], sqlite3.IntegrityError)
+    assert stored(db_path) == [0, 1, 4]
+
+
+async def orphan(db: aiosqlite.Connection, _arg: int) -> int:
+    # A deferred foreign-key violation passes its statement and fails only at COMMIT.
+    await db.execute("PRAGMA defer_foreign_keys = ON")
+    await db.execute("INSERT INTO child (parent_id) VALUES (424242)")
+    return 0
+
+
+ORPHAN: Op[aiosqlite.Connection, int, int] = Op("orphan", one=orphan)
+
+
+async def test_a_retried_batch_whose_commit_fails_fails_every_call_despite_the_rollback(
+    db: aiosqlite.Connection, db_path: Path
+) -> None:
+    await db.execute("PRAGMA foreign_keys = ON")
+    await db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    await db.execute("CREATE TABLE child (parent_id INTEGER REFERENCES parent (id))")
+    batcher = Batcher(db, RollbackReportsAnError())
+
+    results = await together(
+        lambda: batcher.submit(INSERT, 0),
+        lambda: batcher.submit(INSERT, 1),
+        lambda: batcher.submit(ORPHAN, 0),
+    )
+
+    assert results[0] == 0  # alone, before the batch
+    assert all(isinstance(r, sqlite3.IntegrityError) for r in results[1:]), results
+    assert stored(db_path) == [0]
