@@ -233,3 +233,24 @@ async def test_a_retried_batch_whose_commit_fails_fails_every_call_despite_the_r
     assert results[0] == 0  # alone, before the batch
     assert all(isinstance(r, sqlite3.IntegrityError) for r in results[1:]), results
     assert stored(db_path) == [0]
+
+
+async def test_when_the_retry_cannot_start_every_call_of_the_batch_gets_the_error(
+    db: aiosqlite.Connection, db_path: Path
+) -> None:
+    with closing(sqlite3.connect(db_path, isolation_level=None, timeout=0)) as other:
+
+        class AnotherWriterGetsIn(SqliteTransactions):
+            """Between the failed batch and its retry, another process takes the lock."""
+
+            async def rollback(self, db: aiosqlite.Connection) -> None:
+                await super().rollback(db)
+                other.execute("BEGIN IMMEDIATE")
+
+        batcher = Batcher(db, AnotherWriterGetsIn())
+        results = await together(*(lambda x=x: batcher.submit(INSERT, x) for x in [0, 1, -2, 3]))
+        other.execute("ROLLBACK")
+
+    assert results[0] == 0  # alone, before the batch
+    assert all(isinstance(r, sqlite3.OperationalError) for r in results[1:]), results
+    assert stored(db_path) == [0]
