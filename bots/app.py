@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TextIO, runtime_checkable
+from typing import Any, Protocol, TextIO, runtime_checkable
 
+from bots.channel_tools import channel_tools_factory
 from bots.errors import install_redaction
+from bots.memory import ChannelMemory
 from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
 from bots.settings import Settings, SettingsError
@@ -29,6 +31,7 @@ from core.tools import AnyTool
 from storage.base import ConversationStore
 from storage.postgres import PostgresStore, is_postgres_url, redact_url
 from storage.sqlite import SqliteStore
+from tools.mcp import McpHub
 from tools.toolset import build_toolset
 
 log = logging.getLogger(__name__)
@@ -57,8 +60,10 @@ def require_model_credentials(settings: Settings, channel_key: str) -> None:
 class ModelFactory:
     """Makes models for the runner from settings, and remembers them to close them."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, **options: Any) -> None:
+        """`options` go to the model unchanged (e.g. a test's fast `retry` policy)."""
         self._settings = settings
+        self._options: dict[str, Any] = {"timeout_s": settings.model_idle_timeout_s} | options
         self._made: list[Model] = []
 
     def __call__(self, model_id: str) -> Model:
@@ -69,6 +74,7 @@ class ModelFactory:
             base_url=self._settings.anthropic_base_url,
             thinking=self._settings.thinking,
             max_tokens=self._settings.max_output_tokens,
+            **self._options,
         )
         self._made.append(model)
         return model
@@ -96,11 +102,24 @@ class Probeable(Protocol):
     async def probe(self) -> str | None: ...
 
 
-def toolset_factory(settings: Settings) -> Callable[[str], Sequence[AnyTool]]:
-    def build(channel_key: str) -> Sequence[AnyTool]:
-        return build_toolset(settings.tools_for(channel_key))
+def toolset_factory(
+    settings: Settings, mcp: McpHub | None = None
+) -> Callable[[str], Awaitable[Sequence[AnyTool]]]:
+    """A channel's tools: ours from its `ToolsConfig`, then its MCP servers' (tools.mcp)."""
+
+    async def build(channel_key: str) -> Sequence[AnyTool]:
+        config = settings.tools_for(channel_key)
+        tools = build_toolset(config)
+        if mcp is not None:
+            tools.extend(await mcp.tools(config.mcp_servers))
+        return tools
 
     return build
+
+
+def mcp_hub(settings: Settings) -> McpHub:
+    """The MCP servers of this process; none starts until a channel needs it."""
+    return McpHub(settings.mcp, cache_dir=settings.data_dir)
 
 
 @dataclass(slots=True)
@@ -109,6 +128,8 @@ class App:
     store: ConversationStore
     runner: ConversationRunner
     models: ModelFactory
+    mcp: McpHub
+    memory: ChannelMemory | None = None
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -196,7 +217,9 @@ async def open_app(
         ) from None
     store = await open_store(settings)
     models = ModelFactory(settings)
-    toolsets = toolset_factory(settings)
+    mcp = mcp_hub(settings)
+    toolsets = toolset_factory(settings, mcp)
+    memory = ChannelMemory(store, settings.memory, settings.secrets())
     runner = ConversationRunner(
         store=store,
         settings=settings,
@@ -204,13 +227,15 @@ async def open_app(
         toolset_factory=toolsets,
         platform_rules=platform_rules,
         surfaces=surfaces,
+        channel_tools=channel_tools_factory(settings, memory),
     )
-    app = App(settings=settings, store=store, runner=runner, models=models)
+    app = App(settings=settings, store=store, runner=runner, models=models, mcp=mcp, memory=memory)
     try:
         yield app
     finally:
         try:
             await runner.close()
         finally:
+            await mcp.aclose()
             await models.aclose()
             await store.close()

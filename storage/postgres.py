@@ -36,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from core.messages import Message, Usage, UserMessage, dump_message
+from storage import postgres_memory as memory
 from storage import postgres_rows as rows
 from storage.base import (
     Accepted,
@@ -46,9 +47,11 @@ from storage.base import (
     InboxItem,
     InstanceCoordination,
     LoadedConversation,
+    MemoryNote,
     Notification,
     RunOutcome,
     RunRecord,
+    Schedule,
     StoredMessage,
     UsageSummary,
     Vote,
@@ -659,11 +662,11 @@ class PostgresStore:
         ref_json = rows.dump_json(ref)
 
         async def body(connection: asyncpg.Connection) -> RunRecord:
-            # The update is the call's one write; the record is read after it committed.
-            await connection.execute(
-                "UPDATE runs SET surface_ref = $1::jsonb WHERE id = $2", ref_json, run_id
-            )
-            return await rows.run_by_id(connection, run_id)
+            # One statement: a run's ref changes a few times per answer (its messages posted).
+            row = await connection.fetchrow(rows.SET_SURFACE_REF, ref_json, run_id)
+            if row is None:
+                raise KeyError(f"no run with id {run_id}")
+            return rows.run_record(row)
 
         return await self._call(body)
 
@@ -876,6 +879,79 @@ class PostgresStore:
             )
 
         await self._call(body)
+
+    # --- a channel's memory and scheduled work (SQL in `postgres_memory`) -----------------
+
+    async def memory_notes(self, channel_key: str) -> list[MemoryNote]:
+        return await self._call(lambda connection: memory.notes(connection, channel_key))
+
+    async def add_memory_note(
+        self, channel_key: str, text: str, *, by: str | None, max_notes: int, max_chars: int
+    ) -> MemoryNote:
+        now = self._clock()
+
+        async def body(connection: asyncpg.Connection) -> MemoryNote:
+            return await memory.add_note(
+                connection, channel_key, text, by, max_notes, max_chars, now
+            )
+
+        return await self._call(body, transaction=True)
+
+    async def forget_memory_note(self, channel_key: str, note_id: int) -> bool:
+        return await self._call(
+            lambda connection: memory.forget_note(connection, channel_key, note_id)
+        )
+
+    async def clear_memory(self, channel_key: str) -> int:
+        return await self._call(lambda connection: memory.clear(connection, channel_key))
+
+    async def add_schedule(
+        self,
+        channel_key: str,
+        *,
+        prompt: str,
+        cron: str | None,
+        timezone: str,
+        next_run_at: float,
+        by_id: str,
+        by_name: str,
+        max_active: int,
+    ) -> Schedule:
+        now = self._clock()
+
+        async def body(connection: asyncpg.Connection) -> Schedule:
+            return await memory.add_schedule(
+                connection,
+                channel_key,
+                prompt,
+                cron,
+                timezone,
+                next_run_at,
+                by_id,
+                by_name,
+                max_active,
+                now,
+            )
+
+        return await self._call(body, transaction=True)
+
+    async def schedules(self, channel_key: str) -> list[Schedule]:
+        return await self._call(lambda connection: memory.schedules(connection, channel_key))
+
+    async def cancel_schedule(self, channel_key: str, schedule_id: int) -> bool:
+        return await self._call(
+            lambda connection: memory.cancel(connection, channel_key, schedule_id)
+        )
+
+    async def due_schedules(self, now: float, *, limit: int) -> list[Schedule]:
+        return await self._call(lambda connection: memory.due(connection, now, limit))
+
+    async def claim_schedule(
+        self, schedule_id: int, *, due_at: float, next_run_at: float | None, now: float
+    ) -> Schedule | None:
+        return await self._call(
+            lambda connection: memory.claim(connection, schedule_id, due_at, next_run_at, now)
+        )
 
     # --- several instances (storage.base.InstanceCoordination) -----------------------------
 

@@ -51,6 +51,7 @@ from bots.discord.events import (
 from bots.discord.payloads import interaction_payload, message_payload
 from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
 from bots.incoming import Attachment, BackfillMessage, Incoming
+from bots.memory import ChannelMemory, MemoryCommand, run_memory_command
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
 from bots.settings import DiscordSettings, Settings, SettingsError
 from core.messages import Author
@@ -123,6 +124,7 @@ class TeammateBot(commands.Bot):
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False  # a graceful stop began: no new conversations or runs
         self.configs = ChannelConfigs(runner.store, settings)
+        self.memory = ChannelMemory(runner.store, settings.memory, settings.secrets())
         self._add_commands()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -360,6 +362,20 @@ class TeammateBot(commands.Bot):
         ) -> None:
             await self._config(interaction)
 
+        @group.command(name="memory", description="This channel's memory: list, add, forget")
+        @app_commands.describe(
+            add="A note to keep for this channel",
+            forget="The id of a note to forget",
+            clear="Forget every note (admins)",
+        )
+        async def memory(
+            interaction: discord.Interaction[Any],
+            add: str | None = None,
+            forget: int | None = None,
+            clear: bool = False,
+        ) -> None:
+            await self._memory(interaction)
+
         commands_: list[app_commands.Command[Any, ..., None]] = [ask, stop, new, usage, reset]
         for command in commands_:
             self.tree.add_command(command)
@@ -499,6 +515,23 @@ class TeammateBot(commands.Bot):
             text = problem or "Saved; it applies from the next answer.\n" + shown
         await interaction.response.send_message(text[:2_000], ephemeral=True)
 
+    async def _memory(self, interaction: discord.Interaction[Any]) -> None:
+        command = self._context(interaction)
+        if command is None or command.name != "memory":
+            await interaction.response.send_message("I couldn't read that command.", ephemeral=True)
+            return
+        context = command.context
+        if await self._refused(interaction, context):
+            return
+        text = await run_memory_command(
+            self.memory,
+            context.channel_key,
+            _memory_command(dict(command.options)),
+            user_id=context.person.user_id,
+            is_admin=is_admin(self.config, context.person),
+        )
+        await interaction.response.send_message(text[:2_000], ephemeral=True)
+
     # -- buttons (bots.discord.buttons.ButtonHandler) ------------------------------------------
 
     async def on_stop_button(
@@ -580,6 +613,18 @@ def _config_change(options: dict[str, OptionValue]) -> ConfigChange:
         tools=text("tools"),
         reset=options.get("reset") is True,
     )
+
+
+def _memory_command(options: dict[str, OptionValue]) -> MemoryCommand:
+    """`/teammate memory` with `add`, `forget` or `clear`; no option lists the notes."""
+    add, forget = options.get("add"), options.get("forget")
+    if options.get("clear") is True:
+        return MemoryCommand("clear")
+    if isinstance(add, str) and add.strip():
+        return MemoryCommand("add", text=add)
+    if isinstance(forget, int) and not isinstance(forget, bool):
+        return MemoryCommand("forget", note_id=forget)
+    return MemoryCommand("list")
 
 
 def _guild_id(message: discord.Message) -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,16 +32,21 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)  # when it arrived (backoff checks)
 
 
 @dataclass(slots=True)
 class SSEReply:
-    """An HTTP 200 event stream. `drop_after`: close the connection after that many events."""
+    """An HTTP 200 event stream. `drop_after`: close the connection after that many events.
+    `hang_after`: after that many events (0: before even the headers) go silent for `hang_s`
+    seconds, as a stuck upstream does; the client's idle timeout should cut it."""
 
     events: list[tuple[str, dict[str, Any]]]
     headers: dict[str, str] = field(default_factory=dict)
     event_delay_s: float = 0.0
     drop_after: int | None = None
+    hang_after: int | None = None
+    hang_s: float = 120.0
 
 
 @dataclass(slots=True)
@@ -158,7 +164,21 @@ class FakeAnthropic:
         }
         return web.json_response(info, content_type="application/json")
 
+    async def _hang(self, request: web.Request, seconds: float) -> None:
+        """Silence until `seconds` pass or the client hangs up (aiohttp does not cancel a
+        handler whose client left, so look)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                self.disconnects += 1
+                self.stream_finished.set()
+                raise ConnectionResetError("the client hung up on a silent stream")
+            await asyncio.sleep(0.02)
+
     async def _stream(self, request: web.Request, reply: SSEReply) -> web.StreamResponse:
+        if reply.hang_after == 0:
+            await self._hang(request, reply.hang_s)
         response = web.StreamResponse(
             status=200,
             headers={
@@ -173,6 +193,8 @@ class FakeAnthropic:
                 assert request.transport is not None
                 request.transport.close()
                 return response
+            if reply.hang_after is not None and 0 < reply.hang_after == sent:
+                await self._hang(request, reply.hang_s)
             payload = f"event: {event_type}\ndata: {json.dumps(data)}\n\n"
             try:
                 if reply.event_delay_s:
