@@ -28,9 +28,10 @@ How it stays correct and fast (docs/architecture.md, "Storage"):
   each call in its own SAVEPOINT through the operation's `one`: the failing call is undone
   alone and gets its exception; the others commit. Savepoints cost nothing on the fast path.
 - A call runs whole (or not at all) whether or not its caller still waits: batches run in the
-  batcher's own task, so a cancelled caller just never hears the result. (A lone call runs in
-  its caller's task: its `lone` hands the driver its one statement at its first step; a
-  backend whose driver cannot be cut mid-statement safely shields the caller instead.)
+  batcher's own task, so a cancelled caller just never hears the result. A lone call on the
+  one connection runs in its caller's task (its `lone` hands the driver its one statement at
+  its first step: nothing to cut); a pooled one runs in a task of its own (a statement cut
+  mid-way would cost the pool its connection).
 
 Must not: know a schema or a driver; import `tools` or `bots`.
 """
@@ -151,11 +152,14 @@ class Batcher(Generic[C]):
             # A free lane and nothing pending: skip the queue and the worker.
             self._running += 1
             self._idle.clear()
+            if self._connections is not None:
+                # Its own task: a cancelled caller does not cut a pooled connection's
+                # statement in half (the connection would have to be thrown away).
+                task = asyncio.ensure_future(self._pooled_lone(self._connections, op, arg))
+                task.add_done_callback(_retrieve)
+                return await asyncio.shield(task)
             try:
-                if self._connections is None:
-                    return await op.lone(self._db, arg)  # type: ignore[arg-type]
-                async with self._connections.acquire() as db:
-                    return await op.lone(db, arg)
+                return await op.lone(self._db, arg)  # type: ignore[arg-type]
             finally:
                 self._running -= 1
                 self._after_unit()
@@ -163,6 +167,15 @@ class Batcher(Generic[C]):
         self._queue.append(_Call(op, arg, future))
         self._after_unit()
         return await future
+
+    async def _pooled_lone(self, connections: Connections[C], op: Op[C, A, R], arg: A) -> R:
+        try:
+            async with connections.acquire() as db:
+                assert op.lone is not None
+                return await op.lone(db, arg)
+        finally:
+            self._running -= 1
+            self._after_unit()
 
     async def drain(self) -> None:
         """Wait until everything submitted so far has run."""
@@ -297,3 +310,9 @@ class Batcher(Generic[C]):
             return
         for call, outcome in [*outcomes, *failed]:
             call.settle(outcome)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """A lone call's outcome is read here too: its caller may have stopped waiting."""
+    if not task.cancelled():
+        task.exception()

@@ -330,7 +330,7 @@ class PostgresStore:
         # unknown run is a KeyError (the message's foreign key), as from record_usage.
         if self._closed:
             raise RuntimeError(f"the store for {self.url} is closed")
-        seq = await self._shielded(self._appends.submit(APPEND, call))
+        seq = await self._appends.submit(APPEND, call)  # runs whole if the caller goes
         return StoredMessage(seq=seq, message=message)
 
     async def load(self, conversation_id: int) -> LoadedConversation:
