@@ -2,24 +2,34 @@
 beside 1 instance on SQLite, and the store's own cost per turn on each backend.
 
 Each instance is the real `teammate slack --http` in its own process (the scripted model:
-zero latency, a short streamed answer); the fake Slack Web API runs in this process, which is
-also the load balancer: it signs the events and sends them round-robin over the instances.
-A tenth of the events is delivered twice (to the next instance), as Slack's retries and a
-load balancer's do, so `duplicates` (answers beyond one per event) means something.
+zero latency, a short streamed answer); the fake Slack Web API runs in this process (not in
+the instances'), which is also the load balancer: it signs the events and sends them
+round-robin over the instances. A tenth of the events is delivered twice (to the next
+instance), as Slack's retries and a load balancer's do, so `duplicates` (answers beyond one
+per event) means something.
 
 Measured:
 - saturated throughput: a burst of N mentions (each a new thread) sent at once after a
   warm-up; answers per second from the first send to the last answer finished (its final
-  reaction), for SQLite x1, PostgreSQL x1 and PostgreSQL x2;
+  reaction), for SQLite x1, PostgreSQL x1 and PostgreSQL x2, in `--rounds` rounds that
+  alternate the three (the machine is shared: alternating puts them in the same minutes); the
+  median round is reported;
+- where the CPU went per answer (the instances, this process, the PostgreSQL server), and per
+  instance the share of the burst it spent on a core and waiting for one
+  (`/proc/<pid>/schedstat`): an instance runnable all the time is bound by the CPU, not by
+  something it waits on; from the CPU per answer, what 2 / 1 would be with a core per instance
+  and what it can be on this machine's cores (one instance is one event loop: one core);
 - store overhead per turn on each backend and PostgreSQL appends/s with 200 conversations at
   once: `benchmarks/pg_bench.py`'s measurement, reused.
 
 Run: `uv run python -m benchmarks.scale_out` or `uv run python benchmarks/scale_out.py`
-[--events 400] [--turns 300] [--appends 25]. The server: as `pg_bench`
+[--events 400] [--rounds 3] [--turns 300] [--appends 25]. The server: as `pg_bench`
 (`TEAMMATE_TEST_DATABASE_URL`, else 127.0.0.1:5432, else a throwaway cluster, fsync off).
-Prints the conditions, a table, and last one JSON line with `pg_overhead_ms_per_turn`,
-`sqlite_overhead_ms_per_turn`,
-`answers_per_s_sqlite_1`, `answers_per_s_1`, `answers_per_s_2`, `scale_2_vs_1`,
+Prints the conditions, each round, a table, and last one JSON line with
+`pg_overhead_ms_per_turn`, `sqlite_overhead_ms_per_turn`, `answers_per_s_sqlite_1`,
+`answers_per_s_1`, `answers_per_s_2`, `scale_2_vs_1`, `cpu_ms_per_answer_1`/`_2`,
+`instance_cpu_ms_per_answer_1`/`_2`, `scale_2_vs_1_core_per_instance`,
+`scale_2_vs_1_bound_here`, `instance_waiting_for_cpu_2`, `load`,
 `pg_appends_per_s_200_concurrent`, `duplicates`, `answered`, `sent`.
 Targets: PostgreSQL's overhead per turn within 3x of SQLite's; 2 instances at least 1.5x the
 answers/s of 1; zero duplicates. A measurement, not a test: CI runs it only at a tiny size.
@@ -348,7 +358,8 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"each instance: `teammate slack --http`, scripted model (zero latency); the fake "
                 f"Slack and the load balancer in this process; bursts of {args.events} mentions "
-                f"(1 in {TWICE_EVERY} delivered twice) after {WARMUP_EVENTS} warm-up each"
+                f"(1 in {TWICE_EVERY} delivered twice) after {WARMUP_EVENTS} warm-up each; "
+                f"{args.rounds} rounds alternating the set-ups; load {os.getloadavg()[0]:.1f}"
             )
             print()
             figures = asyncio.run(run(args, server, Path(directory)))

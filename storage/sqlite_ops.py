@@ -12,8 +12,9 @@ How a call stays one statement (docs/architecture.md, "Storage"):
   10,000 costs what message 10 does.
 - Accepting is one `INSERT INTO teammate_accept ... RETURNING` (a TEMP table whose BEFORE
   trigger claims, creates, backfills and queues); delivering is one `UPDATE inbox` (a TEMP trigger
-  appends the message at the seq it takes). The TEMP objects live in the connection, never in
-  the file: another program sees the plain schema.
+  appends the message at the seq it takes); starting a run that delivers one message (the
+  runner's every answer) is one `INSERT INTO teammate_start ... RETURNING`. The TEMP objects
+  live in the connection, never in the file: another program sees the plain schema.
 - A batch's statements do not grow with its calls (`json_each` lookups, `executemany`,
   `RETURNING`), and those that do not need each other's results are handed to the driver
   together (`_together`): one round trip.
