@@ -91,7 +91,7 @@ def test_the_scale_out_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path: Path) 
         [
             sys.executable,
             str(ROOT / "benchmarks" / "scale_out.py"),
-            *["--events", "4", "--turns", "3", "--appends", "1"],
+            *["--events", "4", "--turns", "3", "--appends", "1", "--rounds", "1"],
         ],
         cwd=tmp_path,
         capture_output=True,
