@@ -55,7 +55,7 @@ from bots.recovery import INTERRUPTED_TEXT
 from core.history import unanswered_tool_calls
 from core.messages import UserMessage
 from storage.base import ConversationStore
-from tests.chaos.hooked_slack import HookedSlack
+from tests.chaos.hooked_slack import Drop, HookedSlack
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
     RecordedRequest,
@@ -385,6 +385,8 @@ class CrashRig:
             and t.after == after
         ):
             t.fire(f"{method} ({'after' if after else 'before'} Slack did it)")
+            if not after:
+                raise Drop  # the process died before its request was complete
 
     def _model_request(self, token: str, final: bool) -> None:
         t = self.trigger
