@@ -19,7 +19,7 @@ Each run is one conversation in a channel of its own, asked by a person of its o
    Slack carries it out). The phase actually hit is recorded from the call that fired;
 3. like Slack, an event whose acknowledgement never arrived is delivered again after the
    restart (same event id). SQLite: the one process is restarted on its data directory.
-   PostgreSQL: three instances share a database (leases of 2 s); the others take the killed
+   PostgreSQL: three instances share a database (leases of 10 s); the others take the killed
    one's conversation over, and the victim is restarted once the run has settled;
 4. the run has settled when the thread shows the finished answer or the interruption
    notice; then a follow-up `tok:rN-next` goes to another (or the restarted) instance and
@@ -87,7 +87,8 @@ POSTING = (
 )
 SETTLE_S = 120.0  # a hang guard per wait, not a speed check
 START_S = 300.0  # a process start (slow on a loaded machine), also a hang guard
-LEASE_S = 2  # PostgreSQL instances: a dead one's conversations are taken over after this
+LEASE_S = 10  # PostgreSQL: a dead instance's conversations are taken over after this (a loaded
+# machine stalls a process for seconds: a shorter lease is lost by live instances too)
 FINAL_WORDS = 24  # the final reply streams in ~this many events
 TOKEN = re.compile(r"tok:(r\d+(?:-next)?)")
 
@@ -567,8 +568,19 @@ class CrashRig:
             loaded = await store.load(conversation.id)
             messages = [stored.message for stored in loaded.messages]
             said = [m.text() for m in messages if isinstance(m, UserMessage)]
-            running = {run.conversation_key for run in await store.running_runs()}
-            result.replayable = key not in running and not unanswered_tool_calls(messages)
+            # A run is closed in the store just after its end is shown (the ✅ is its last
+            # call): give it a moment before calling it left open.
+            deadline = time.monotonic() + SETTLE_S
+            while key in {r.conversation_key for r in await store.running_runs()}:
+                if time.monotonic() > deadline:
+                    result.replayable = False
+                    break
+                await asyncio.sleep(0.05)
+            loaded = await store.load(conversation.id)
+            messages = [stored.message for stored in loaded.messages]
+            said = [m.text() for m in messages if isinstance(m, UserMessage)]
+            if unanswered_tool_calls(messages):
+                result.replayable = False
         for asked in (token, f"{token}-next"):
             if not any(f"tok:{asked}" in text and f"tok:{asked}-" not in text for text in said):
                 result.lost += 1
