@@ -446,7 +446,6 @@ class CrashRig:
             self.trigger = None
             return result
         self.trigger = None
-        _t("killed/settled")
         result.hit = trigger.hit
         if trigger.hit is not None:
             await victim.reap()
@@ -454,7 +453,6 @@ class CrashRig:
         if not others or trigger.phase == "accept" or self.backend == "sqlite":
             await victim.start()  # (the others cannot replay the victim's own journal)
             others = [i for i in self.instances if i.alive]
-        _t("restarted")
         if not acked:  # Slack delivers an unacknowledged event again
             await self._deliver(session, rng.choice(others), first, retry=True)
         try:
@@ -463,7 +461,6 @@ class CrashRig:
             )
         except TimeoutError:
             result.problem = "the first answer was neither finished nor announced"
-        _t("first settled")
         if not victim.alive:  # back in the background: the others answer meanwhile
             self._restarting = asyncio.ensure_future(victim.start())
         follow = self._event(channel, f"{token}-next", user=_user_of(token), thread=first["ts"])
@@ -476,7 +473,6 @@ class CrashRig:
             result.follow_up_answered = True
         except TimeoutError:
             result.problem = result.problem or "the follow-up was not answered"
-        _t("follow-up answered")
         await self._check(result, store, channel, first["ts"], token)
         return result
 
@@ -615,11 +611,6 @@ class CrashRig:
         if self._restarting is not None:
             await asyncio.gather(self._restarting, return_exceptions=True)
         await asyncio.gather(*(i.stop() for i in self.instances))
-
-
-def _t(what: str) -> None:
-    if os.environ.get("CHAOS_TIMING"):
-        print(f"  {time.monotonic():.1f} {what}", flush=True)
 
 
 def _user_of(token: str) -> str:
