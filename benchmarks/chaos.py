@@ -6,7 +6,7 @@ fake Slack and the fake Anthropic API in this process; at a seeded moment (the a
 being looked up after the ack, the first stream, the tool, the request after it, the final
 stream, a Web API write into the thread) a fake SIGKILLs it. It is restarted (SQLite, one
 process) or the two other instances take the conversation over (PostgreSQL, three instances,
-2 s leases); a follow-up in the thread must then be answered. Counted per run: user messages
+10 s leases); a follow-up in the thread must then be answered. Counted per run: user messages
 missing from the store, answers shown twice, tool calls without results, interrupted answers
 and their announcements (exactly one each), the follow-up answered once.
 

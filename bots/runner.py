@@ -85,6 +85,8 @@ OVERSIZED_TEXT = (
 )
 STALE_STOP_TEXT = "That answer has already finished; nothing was stopped."
 LEASE_LOST_TEXT = "Another Teammate instance took over this conversation."
+# How long a run's end may take to show before the run is closed in the store anyway.
+FINAL_SHOWN_WAIT_S = 30.0
 # Several instances: how often each looks for conversations a dead instance left behind.
 TAKEOVER_SWEEP_S = 15.0
 
@@ -355,20 +357,30 @@ class ConversationRunner:
                 continue
             loaded = await self.store.load(run.conversation_id)
             messages = [stored.message for stored in loaded.messages]
-            for call_id, name in unanswered_tool_calls(messages):
-                await self.store.append_message(
-                    run.conversation_id, interrupted_result(call_id, name), run_id=run.id
+            answer = _final_answer(messages)
+            if answer is not None:
+                # It had answered (its reply is the last thing in history) and died showing
+                # it: closed as done, and its answer shown where it was being shown.
+                record = await self.store.finish_run(run.id, "done")
+                final_text, error_text = answer.text(), None
+            else:
+                for call_id, name in unanswered_tool_calls(messages):
+                    await self.store.append_message(
+                        run.conversation_id, interrupted_result(call_id, name), run_id=run.id
+                    )
+                record = await self.store.finish_run(
+                    run.id, "interrupted", error="interrupted by a restart"
                 )
-            record = await self.store.finish_run(
-                run.id, "interrupted", error="interrupted by a restart"
-            )
+                final_text, error_text = "", INTERRUPTED_TEXT
             recovered.append(record)
             surface = self._surface_for(run.conversation_key, run.surface_ref)
             if surface is not None:
                 feed = self._feed(run.conversation_key, surface, run_id=run.id)
-                feed.put(self._finished(record, "", INTERRUPTED_TEXT))
+                feed.put(self._finished(record, final_text, error_text))
                 feed.close()
-            log.warning("run %s in %s was interrupted; repaired", run.id, run.conversation_key)
+            log.warning(
+                "run %s in %s was %s; repaired", run.id, run.conversation_key, record.outcome
+            )
         for conversation_id in await self.store.pending_conversations():
             if conversation_id in busy:
                 continue
@@ -625,6 +637,7 @@ class ConversationRunner:
         )
 
         overflow_retried = False
+        usage = Usage()  # what this run's replies cost (the store totals the same on finish)
         while True:
             control = run.new_control()
             run.accepting = True
@@ -637,6 +650,9 @@ class ConversationRunner:
                 end = await self._stream_run(context, model, state, run, control, config)
             finally:
                 run.accepting = False
+            for added in end.messages:
+                if isinstance(added, AssistantMessage):
+                    usage = usage + added.usage
             last = _last_assistant(end.messages)
             overflowed = (
                 end.reason == "error" and last is not None and last.error_kind == "context_overflow"
@@ -662,9 +678,18 @@ class ConversationRunner:
             outcome, error_text = "error", describe_model_error(last, end.error_message)
         if state.dropping:
             await self._drop(state, run.feed)
-        record = await self.store.finish_run(run.id, outcome, error=end.error_message)
         final_text = last.text() if last is not None else ""
-        run.feed.put(self._finished(record, final_text, error_text))
+        run.feed.put(RunFinished(conversation.key, run.id, outcome, usage, final_text, error_text))
+        # The end is shown before the run is closed in the store: killed in between, the run
+        # is still "running" at the next start and `recover()` shows its end there (else it
+        # would be closed and never shown). Bounded: a platform that is down delays only this
+        # conversation's next run, by at most this long.
+        run.feed.close()
+        try:
+            await asyncio.wait_for(run.feed.wait(), FINAL_SHOWN_WAIT_S)
+        except TimeoutError:
+            log.warning("the end of run %s is not shown yet; closing it anyway", run.id)
+        await self.store.finish_run(run.id, outcome, error=end.error_message)
 
     async def _stream_run(
         self,
@@ -827,6 +852,20 @@ class ConversationRunner:
             final_text=final_text,
             error_text=error_text,
         )
+
+
+def _final_answer(messages: list[Message]) -> AssistantMessage | None:
+    """The reply that ended a run, if history ends with one: no tool call left, no error."""
+    last = messages[-1] if messages else None
+    if (
+        isinstance(last, AssistantMessage)
+        and last.stop_reason == "stop"
+        and last.error_kind is None
+        and not last.tool_calls()
+        and last.text().strip()
+    ):
+        return last
+    return None
 
 
 def _last_assistant(messages: list[Message]) -> AssistantMessage | None:

@@ -184,6 +184,7 @@ class SlackSurface:
         self._status_off = False  # Slack refused it in this thread
         self._finishing = False
         self._finished = False
+        self._outcome = "running"  # how the run ended, once it has
         self._closed = False
         self._throttle = Throttle(self._flush, self._options.update_interval_s)
         self._status_throttle = Throttle(self._flush_status, self._options.update_interval_s)
@@ -580,6 +581,7 @@ class SlackSurface:
         if self._finished:
             return
         self._finished = True
+        self._outcome = event.outcome
         self._finishing = True
         self._cancel_timer()
         if self._working_task is not None:  # a 👀 in flight lands before it is taken away
@@ -706,8 +708,8 @@ class SlackSurface:
         """The in-progress message beside a streamed answer: the Stop button goes, the tool
         calls stay; with no tool calls it has nothing left to say and is deleted."""
         count = len(self._tools)
-        if self._recovered:
-            summary = "Interrupted."
+        if self._recovered:  # (its tool calls are known only to the process that died)
+            summary = "Done." if self._outcome == "done" else "Interrupted."
         elif count:
             summary = f"Used {count} tool{'s' if count != 1 else ''}."
         else:

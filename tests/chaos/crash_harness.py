@@ -19,7 +19,7 @@ Each run is one conversation in a channel of its own, asked by a person of its o
    Slack carries it out). The phase actually hit is recorded from the call that fired;
 3. like Slack, an event whose acknowledgement never arrived is delivered again after the
    restart (same event id). SQLite: the one process is restarted on its data directory.
-   PostgreSQL: three instances share a database (leases of 2 s); the others take the killed
+   PostgreSQL: three instances share a database (leases of 10 s); the others take the killed
    one's conversation over, and the victim is restarted once the run has settled;
 4. the run has settled when the thread shows the finished answer or the interruption
    notice; then a follow-up `tok:rN-next` goes to another (or the restarted) instance and
@@ -55,7 +55,7 @@ from bots.recovery import INTERRUPTED_TEXT
 from core.history import unanswered_tool_calls
 from core.messages import UserMessage
 from storage.base import ConversationStore
-from tests.chaos.hooked_slack import HookedSlack
+from tests.chaos.hooked_slack import Drop, HookedSlack
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
     RecordedRequest,
@@ -87,7 +87,8 @@ POSTING = (
 )
 SETTLE_S = 120.0  # a hang guard per wait, not a speed check
 START_S = 300.0  # a process start (slow on a loaded machine), also a hang guard
-LEASE_S = 2  # PostgreSQL instances: a dead one's conversations are taken over after this
+LEASE_S = 10  # PostgreSQL: a dead instance's conversations are taken over after this (a loaded
+# machine stalls a process for seconds: a shorter lease is lost by live instances too)
 FINAL_WORDS = 24  # the final reply streams in ~this many events
 TOKEN = re.compile(r"tok:(r\d+(?:-next)?)")
 
@@ -385,6 +386,8 @@ class CrashRig:
             and t.after == after
         ):
             t.fire(f"{method} ({'after' if after else 'before'} Slack did it)")
+            if not after:
+                raise Drop  # the process died before its request was complete
 
     def _model_request(self, token: str, final: bool) -> None:
         t = self.trigger
@@ -443,7 +446,6 @@ class CrashRig:
             self.trigger = None
             return result
         self.trigger = None
-        _t("killed/settled")
         result.hit = trigger.hit
         if trigger.hit is not None:
             await victim.reap()
@@ -451,7 +453,6 @@ class CrashRig:
         if not others or trigger.phase == "accept" or self.backend == "sqlite":
             await victim.start()  # (the others cannot replay the victim's own journal)
             others = [i for i in self.instances if i.alive]
-        _t("restarted")
         if not acked:  # Slack delivers an unacknowledged event again
             await self._deliver(session, rng.choice(others), first, retry=True)
         try:
@@ -460,7 +461,6 @@ class CrashRig:
             )
         except TimeoutError:
             result.problem = "the first answer was neither finished nor announced"
-        _t("first settled")
         if not victim.alive:  # back in the background: the others answer meanwhile
             self._restarting = asyncio.ensure_future(victim.start())
         follow = self._event(channel, f"{token}-next", user=_user_of(token), thread=first["ts"])
@@ -473,7 +473,6 @@ class CrashRig:
             result.follow_up_answered = True
         except TimeoutError:
             result.problem = result.problem or "the follow-up was not answered"
-        _t("follow-up answered")
         await self._check(result, store, channel, first["ts"], token)
         return result
 
@@ -565,8 +564,19 @@ class CrashRig:
             loaded = await store.load(conversation.id)
             messages = [stored.message for stored in loaded.messages]
             said = [m.text() for m in messages if isinstance(m, UserMessage)]
-            running = {run.conversation_key for run in await store.running_runs()}
-            result.replayable = key not in running and not unanswered_tool_calls(messages)
+            # A run is closed in the store just after its end is shown (the ✅ is its last
+            # call): give it a moment before calling it left open.
+            deadline = time.monotonic() + SETTLE_S
+            while key in {r.conversation_key for r in await store.running_runs()}:
+                if time.monotonic() > deadline:
+                    result.replayable = False
+                    break
+                await asyncio.sleep(0.05)
+            loaded = await store.load(conversation.id)
+            messages = [stored.message for stored in loaded.messages]
+            said = [m.text() for m in messages if isinstance(m, UserMessage)]
+            if unanswered_tool_calls(messages):
+                result.replayable = False
         for asked in (token, f"{token}-next"):
             if not any(f"tok:{asked}" in text and f"tok:{asked}-" not in text for text in said):
                 result.lost += 1
@@ -601,11 +611,6 @@ class CrashRig:
         if self._restarting is not None:
             await asyncio.gather(self._restarting, return_exceptions=True)
         await asyncio.gather(*(i.stop() for i in self.instances))
-
-
-def _t(what: str) -> None:
-    if os.environ.get("CHAOS_TIMING"):
-        print(f"  {time.monotonic():.1f} {what}", flush=True)
 
 
 def _user_of(token: str) -> str:

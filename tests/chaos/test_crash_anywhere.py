@@ -50,3 +50,16 @@ async def test_three_instances_on_postgresql_take_over_a_killed_one(
     finally:
         await pg_server.drop_schema(schema)
     check(report, ["posting", "between"])
+
+
+async def test_killed_while_the_end_of_an_answer_was_being_posted_it_is_shown_after_restart() -> (
+    None
+):
+    # The run was closed in the store before its end was shown: killed then, nobody showed it
+    # (the thread kept a half stream, with no answer and no notice). Now the run is closed
+    # only once its end is shown, and recovery shows an answer that was complete in history.
+    report = await crash_runs(
+        "sqlite", 1, seed=1, plan=["posting"], posting=("chat.stopStream", False)
+    )
+    check(report, ["posting"])
+    assert not report.runs[0].interrupted  # the answer itself, not a notice
