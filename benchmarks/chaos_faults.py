@@ -119,9 +119,9 @@ async def _try(name: str, scenario: Scenario, root: Path) -> str:
 
 async def run_fault_scenarios(quick: bool) -> dict[str, float]:
     """Run the flood and every fault scenario; the figures `benchmarks/chaos.py` reports."""
-    root = logging.getLogger()
-    if not root.handlers:  # the scenarios' failures are expected: not on stderr (they check
-        root.addHandler(logging.NullHandler())  # their own log lines)
+    logger = logging.getLogger()
+    if not logger.handlers:  # the scenarios' failures are expected: not on stderr (they
+        logger.addHandler(logging.NullHandler())  # check their own log lines)
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="chaos-faults-") as tmp:
         root = Path(tmp)
