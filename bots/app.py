@@ -3,7 +3,8 @@
 Owns: opening the store under the data directory, the model factory (`create_model` with the
 configured key, base URL, thinking and output limit), the per-channel toolset factory, the
 `ConversationRunner`, logging (to a file in the data directory, secrets redacted), and `open_app`,
-the async context manager that owns the lifetimes of the store, the runner and the models.
+the async context manager that owns the lifetimes of the store, the runner, the models and
+the MCP servers (`tools.mcp.McpHub`: started only when a channel's run needs them).
 
 Must not: render anything (surfaces do), or read the environment itself (settings do).
 """
@@ -13,15 +14,19 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO, runtime_checkable
 
+from bots.channel_tools import channel_tools_factory
 from bots.errors import install_redaction
+from bots.memory import ChannelMemory
 from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
+from bots.scheduler import Scheduler
+from bots.schedules import Schedules
 from bots.settings import Settings, SettingsError
 from bots.surface import SurfaceFactory
 from core.models.base import Model
@@ -30,6 +35,7 @@ from core.tools import AnyTool
 from storage.base import ConversationStore
 from storage.postgres import PostgresStore, is_postgres_url, redact_url
 from storage.sqlite import SqliteStore
+from tools.mcp import McpHub
 from tools.toolset import build_toolset
 
 log = logging.getLogger(__name__)
@@ -100,11 +106,24 @@ class Probeable(Protocol):
     async def probe(self) -> str | None: ...
 
 
-def toolset_factory(settings: Settings) -> Callable[[str], Sequence[AnyTool]]:
-    def build(channel_key: str) -> Sequence[AnyTool]:
-        return build_toolset(settings.tools_for(channel_key))
+def toolset_factory(
+    settings: Settings, mcp: McpHub | None = None
+) -> Callable[[str], Awaitable[Sequence[AnyTool]]]:
+    """A channel's tools: ours from its `ToolsConfig`, then its MCP servers' (tools.mcp)."""
+
+    async def build(channel_key: str) -> Sequence[AnyTool]:
+        config = settings.tools_for(channel_key)
+        tools = build_toolset(config)
+        if mcp is not None:
+            tools.extend(await mcp.tools(config.mcp_servers))
+        return tools
 
     return build
+
+
+def mcp_hub(settings: Settings) -> McpHub:
+    """The MCP servers of this process; none starts until a channel needs it."""
+    return McpHub(settings.mcp, cache_dir=settings.data_dir)
 
 
 @dataclass(slots=True)
@@ -113,6 +132,9 @@ class App:
     store: ConversationStore
     runner: ConversationRunner
     models: ModelFactory
+    mcp: McpHub
+    memory: ChannelMemory | None = None
+    scheduler: Scheduler | None = None
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -160,7 +182,7 @@ async def open_store(settings: Settings) -> ConversationStore:
                 f"TEAMMATE_DATABASE_URL: {redact_url(url)} is not a postgresql:// URL"
             )
         try:
-            return await PostgresStore.open(url)
+            return await PostgresStore.open(url, lease_ttl_s=settings.instance_lease_s)
         except Exception as exc:
             raise SettingsError(
                 f"the database {redact_url(url)} cannot be opened: "
@@ -214,7 +236,11 @@ async def open_app(
     _require_writable(settings.data_dir)
     store = await open_store(settings)
     models = ModelFactory(settings)
-    toolsets = toolset_factory(settings)
+    mcp = mcp_hub(settings)
+    toolsets = toolset_factory(settings, mcp)
+    memory = ChannelMemory(store, settings.memory, settings.secrets())
+    # Schedules post to chat platforms: offered in the channels of the platforms served here.
+    platforms = [] if isinstance(platform_rules, str) else list(platform_rules)
     runner = ConversationRunner(
         store=store,
         settings=settings,
@@ -222,13 +248,19 @@ async def open_app(
         toolset_factory=toolsets,
         platform_rules=platform_rules,
         surfaces=surfaces,
+        channel_tools=channel_tools_factory(
+            settings, memory, Schedules(store, settings), platforms
+        ),
     )
-    app = App(settings=settings, store=store, runner=runner, models=models)
+    scheduler = Scheduler(runner, settings)
+    app = App(settings, store, runner, models, mcp=mcp, memory=memory, scheduler=scheduler)
     try:
         yield app
     finally:
         try:
+            await scheduler.close()
             await runner.close()
         finally:
+            await mcp.aclose()
             await models.aclose()
             await store.close()

@@ -1,5 +1,5 @@
 """The `teammate` command: `chat`, `ask`, `serve`, `slack` (and `slack manifest`), `discord`
-(and `discord invite`), `doctor`.
+(and `discord invite`), `mcp list`, `doctor`.
 
 Owns: the argument parser, loading settings once (command-line overrides first), exit statuses,
 and turning expected failures (a missing key, an invalid setting) into one line on stderr.
@@ -40,6 +40,7 @@ from bots.discord_platform import (
     require_discord,
 )
 from bots.errors import new_reference
+from bots.mcp_report import check_mcp, print_mcp_list
 from bots.serve import (
     DEFAULT_HTTP_PORT,
     SHUTDOWN_GRACE_S,
@@ -183,6 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     invite.add_argument("--application-id", metavar="ID", help="the application's id")
 
+    mcp = commands.add_parser(
+        "mcp",
+        help="MCP tool servers: `mcp list` starts each and shows its tools",
+        description="MCP tool servers configured in [mcp.servers.NAME].",
+    )
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", metavar="list", required=True)
+    mcp_list = mcp_commands.add_parser(
+        "list", help="start each server once; show whether it starts and its tools"
+    )
+    _global_options(mcp_list, default=argparse.SUPPRESS)
+
     doctor = commands.add_parser(
         "doctor",
         help="check configuration, storage, model access and tools",
@@ -274,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_print_invite(settings, args.application_id))
         if args.command in ("serve", "slack", "discord"):
             return _serve(args, settings)
+        if args.command == "mcp":
+            setup_logging(settings, stderr=sys.stderr if args.verbose else None)
+            return asyncio.run(print_mcp_list(settings, sys.stdout))
         if args.command == "ask":
             prompt = _prompt(args.prompt)
             name = _conversation_name(args.conversation)
@@ -470,6 +485,7 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
 
     await _check_slack(settings, report)
     await check_discord(settings, report)
+    await check_mcp(settings, report)
 
     failed = [check for check in checks if check.status == "fail"]
     out.write(f"{len(failed)} check(s) failed\n" if failed else "all checks passed\n")

@@ -16,9 +16,10 @@ render anything (surfaces do).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeAlias
 
 from bots import compaction
@@ -35,6 +36,7 @@ from bots.errors import (
 from bots.fairness import RunSlots
 from bots.inbox import ConversationState, Queued, RunState, Unseen
 from bots.incoming import Incoming
+from bots.memory import memory_block
 from bots.prompt import PlatformRules, backfill_message, rules_for, system_prompt
 from bots.recovery import INTERRUPTED_TEXT, OWNER, owner_alive
 from bots.settings import ChannelConfig, Settings
@@ -96,15 +98,20 @@ class ConversationRunner:
         store: ConversationStore,
         settings: Settings,
         model_factory: Callable[[str], Model],
-        toolset_factory: Callable[[str], Sequence[AnyTool]],
+        # May be async (MCP tools: tools.mcp), never waiting long (see there).
+        toolset_factory: Callable[[str], Sequence[AnyTool] | Awaitable[Sequence[AnyTool]]],
         platform_rules: PlatformRules,
         surfaces: SurfaceFactory | None = None,
         clock: Callable[[], float] = time.time,
+        channel_tools: Callable[[str], Sequence[AnyTool]] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self._model_factory = model_factory
         self._toolset_factory = toolset_factory
+        # Tools bound to the run's channel (memory, schedules): not narrowed by a channel's
+        # stored tool list, which names only the file's tools.
+        self._channel_tools = channel_tools
         self._platform_rules = platform_rules
         self._surfaces = surfaces
         self._clock = clock
@@ -437,7 +444,7 @@ class ConversationRunner:
     async def _sweep(self) -> None:
         """Take over what dead instances left: their runs and unanswered messages."""
         while not self._closing:
-            await asyncio.sleep(TAKEOVER_SWEEP_S)
+            await asyncio.sleep(min(TAKEOVER_SWEEP_S, self.settings.instance_lease_s / 2))
             try:
                 await self.recover()
             except Exception:
@@ -597,10 +604,17 @@ class ConversationRunner:
             return
 
         loaded = await self.store.load(conversation.id)
-        tools = list(self._toolset_factory(conversation.channel_key))
+        made = self._toolset_factory(conversation.channel_key)
+        tools = list(await made if inspect.isawaitable(made) else made)
         if overrides.tools is not None:  # narrows only: never grants a tool
             tools = [tool for tool in tools if tool.name in overrides.tools]
+        if self._channel_tools is not None:
+            tools += self._channel_tools(conversation.channel_key)
         prompt = self._system_prompt(conversation.channel_key, tools, overrides.system_prompt)
+        # The channel's memory: its own system block after the stable prompt (bots.memory).
+        memory = ""
+        if self.settings.memory.enabled:
+            memory = memory_block(await self.store.memory_notes(conversation.channel_key))
         loaded = await self._compact(conversation, loaded, model, force=False)
         config = LoopConfig(
             max_turns=self.settings.max_turns,
@@ -616,7 +630,9 @@ class ConversationRunner:
             run.accepting = True
             for queued in state.inbox.values():
                 run.steer(queued)
-            context = AgentContext(prompt, compaction.context_messages(loaded), tools)
+            context = AgentContext(
+                prompt, compaction.context_messages(loaded), tools, system_tail=memory
+            )
             try:
                 end = await self._stream_run(context, model, state, run, control, config)
             finally:

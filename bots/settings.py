@@ -14,8 +14,10 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -35,6 +37,7 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as EnvSourceError
 
 from core.models.catalog import DEFAULT_MODEL
+from tools.mcp_config import McpSettings
 from tools.toolset import ToolsConfig
 
 # Bounds on what a configuration file may say (a prompt is sent with every model call).
@@ -44,6 +47,17 @@ MAX_MODEL_ID_CHARS = 200
 
 class SettingsError(Exception):
     """A missing or invalid setting, as one line that names it."""
+
+
+def _known_zone(name: str) -> str:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r} (an IANA name, e.g. Europe/Berlin)") from None
+    return name
+
+
+TimeZoneName = Annotated[str, AfterValidator(_known_zone)]
 
 
 class ChannelSettings(BaseModel):
@@ -57,6 +71,7 @@ class ChannelSettings(BaseModel):
     # Replies in a thread Teammate is part of continue it without a new mention (None: the
     # platform's default, e.g. `[slack] follow_ups`).
     follow_ups: bool | None = None
+    timezone: TimeZoneName | None = None  # for scheduled work (None: `[schedules] timezone`)
 
 
 _NO_CHANNEL = ChannelSettings()
@@ -88,6 +103,8 @@ class ChannelConfig(BaseModel):
     system_prompt: str | None = Field(default=None, max_length=4000)
     model: str | None = Field(default=None, max_length=200)
     tools: tuple[str, ...] | None = None
+    # For scheduled work; checked when set (a zone unknown later falls back to the file's).
+    timezone: str | None = Field(default=None, max_length=64)
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any] | None) -> ChannelConfig:
@@ -124,6 +141,29 @@ class CompactionSettings(BaseModel):
     reserve_tokens: int = Field(default=16_384, ge=0)
     # Keep about this many tokens of the most recent turns verbatim.
     keep_recent_tokens: int = Field(default=20_000, ge=0)
+
+
+class MemorySettings(BaseModel):
+    """A channel's memory: notes shown to the model with every run in the channel."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True  # the remember/forget tools and `/teammate memory`
+    max_notes: int = Field(default=30, ge=1, le=500)
+    max_note_chars: int = Field(default=300, ge=10, le=2000)
+    max_total_chars: int = Field(default=4000, ge=10, le=50_000)
+
+
+class ScheduleSettings(BaseModel):
+    """Scheduled work: prompts run in a channel at set times."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True  # the schedule tool and the scheduler
+    timezone: TimeZoneName = "UTC"  # a channel's time zone unless `[channels."…"] timezone` says
+    max_per_channel: int = Field(default=10, ge=1, le=100)
+    min_interval_minutes: int = Field(default=5, ge=1)  # no cron firing more often
+    poll_s: float = Field(default=20.0, gt=0, le=300)  # how often due work is looked for
 
 
 def _snowflake_text(value: object) -> object:
@@ -205,6 +245,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     # `postgresql://...`: several instances share that database; unset: SQLite in data_dir.
     database_url: SecretStr | None = None
+    # Several instances: how long a conversation's lease outlives a dead instance (its runs
+    # are taken over after this; the survivors look every half of it, at most every 15 s).
+    instance_lease_s: float = Field(default=30.0, ge=1.0, le=600.0)
     model: str = Field(default=DEFAULT_MODEL, max_length=MAX_MODEL_ID_CHARS)
     thinking: Literal["off", "adaptive"] = "adaptive"
     max_output_tokens: int | None = Field(default=None, gt=0)
@@ -226,8 +269,11 @@ class Settings(BaseSettings):
     channels: dict[str, ChannelSettings] = Field(default_factory=dict)
     budgets: BudgetSettings = Field(default_factory=BudgetSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    schedules: ScheduleSettings = Field(default_factory=ScheduleSettings)
     slack: SlackSettings = Field(default_factory=SlackSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)  # MCP tool servers (tools.mcp)
     # Who may use Teammate: platform user ids, and channel keys (or a whole platform, "slack").
     allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
     allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
@@ -292,6 +338,10 @@ class Settings(BaseSettings):
     def tools_for(self, channel_key: str) -> ToolsConfig:
         return self.channel(channel_key).tools or self.tools
 
+    def timezone_for(self, channel_key: str) -> str:
+        """The channel's time zone for scheduled work (an IANA name such as Europe/Berlin)."""
+        return self.channel(channel_key).timezone or self.schedules.timezone
+
     def follow_ups_for(self, channel_key: str) -> bool:
         """Whether thread replies without a mention continue a conversation in the channel."""
         chosen = self.channel(channel_key).follow_ups
@@ -309,6 +359,7 @@ class Settings(BaseSettings):
             self.discord_bot_token,
         ]
         found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        found.extend(self.mcp.secret_values())  # what `[mcp.servers]` env/headers name
         password = _url_password(self.database_url)
         return [*found, password] if password else found
 

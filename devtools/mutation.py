@@ -23,6 +23,7 @@ Not part of CI: it takes minutes per file.
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import json
 import os
@@ -465,13 +466,26 @@ def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> 
             line: {context for context in contexts if context} for line, contexts in by_line.items()
         }
         # Lines run only while the module was imported (class bodies, dataclass defaults) are
-        # in effect for every test that uses the module.
+        # in effect for every test that uses the module, not only for the one that happened
+        # to import it first (a lazy import inside a test records that test alone).
         users: set[str] = set().union(*tests_by_line[file].values())
-        for ran in tests_by_line[file].values():
-            if not ran:
+        in_functions = function_body_lines((copy / file).read_text(encoding="utf-8"))
+        for line, ran in tests_by_line[file].items():
+            if not ran or line not in in_functions:
                 ran.update(users)
     seconds: dict[str, float] = json.loads(durations.read_text(encoding="utf-8"))
     return Coverage(tests_by_line, seconds)
+
+
+def function_body_lines(source: str) -> set[int]:
+    """The lines inside the bodies of functions (which run when called, not when imported)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            body = node.body if isinstance(node.body, list) else [node.body]
+            end = node.end_lineno or body[-1].lineno
+            lines.update(range(body[0].lineno, end + 1))
+    return lines
 
 
 # -- running mutants -----------------------------------------------------------------------------
@@ -705,6 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             def progress(mutant: Mutant, verdict: str, how: str) -> None:
                 print("." if verdict == "killed" else "S", end="", flush=True)
+                if verdict != "killed":  # at once, to work on while the run goes on
+                    place = f"{mutant.file}:{mutant.line}: {mutant.mutation}"
+                    print(f"\n  survived: {place}", file=sys.stderr, flush=True)
 
             verdicts = run_all(servers, to_run, coverage, progress)
             print()

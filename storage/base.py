@@ -127,6 +127,47 @@ class UsageSummary:
     votes_down: int
 
 
+@dataclass(slots=True, frozen=True)
+class MemoryNote:
+    """One note of a channel's memory (what people or the assistant asked it to keep)."""
+
+    id: int
+    channel_key: str
+    text: str
+    created_by: str | None  # a user id, or None for the assistant on nobody's behalf
+    created_at: float
+
+
+ScheduleState: TypeAlias = Literal["active", "done", "cancelled"]
+
+
+@dataclass(slots=True, frozen=True)
+class Schedule:
+    """Work to run in a channel at set times: every time a 5-field `cron` expression matches
+    in `timezone`, or once (`cron` None) at `next_run_at`. `next_run_at` is None once it will
+    not run again (a one-off that ran, or a cancelled schedule)."""
+
+    id: int
+    channel_key: str
+    prompt: str
+    cron: str | None
+    timezone: str
+    state: ScheduleState
+    next_run_at: float | None
+    last_run_at: float | None
+    created_by: str
+    created_by_name: str
+    created_at: float
+
+
+class MemoryFull(ValueError):
+    """The note would take the channel's memory past its bound (notes or characters)."""
+
+
+class TooManySchedules(ValueError):
+    """The channel already has as many active schedules as it may."""
+
+
 class SchemaError(RuntimeError):
     """The database is not ours, or was written by a newer Teammate."""
 
@@ -332,6 +373,65 @@ class ConversationStore(Protocol):
     ) -> None:
         """Replace the channel's stored configuration (a JSON object) wholesale, recording
         who changed it and when. Values must be JSON-serialisable (`TypeError` otherwise)."""
+        ...
+
+    # a channel's memory: short notes shown to the model with every run in the channel
+    async def memory_notes(self, channel_key: str) -> list[MemoryNote]:
+        """The channel's notes, oldest first."""
+        ...
+
+    async def add_memory_note(
+        self, channel_key: str, text: str, *, by: str | None, max_notes: int, max_chars: int
+    ) -> MemoryNote:
+        """Add a note, unless the channel would then hold more than `max_notes` notes or
+        more than `max_chars` characters in all: `MemoryFull` then, and nothing changes
+        (checked and written in one transaction, so concurrent adds cannot pass the bound)."""
+        ...
+
+    async def forget_memory_note(self, channel_key: str, note_id: int) -> bool:
+        """Delete the channel's note `note_id`; False if the channel has no such note (a note
+        of another channel is never touched)."""
+        ...
+
+    async def clear_memory(self, channel_key: str) -> int:
+        """Delete every note of the channel; how many there were."""
+        ...
+
+    # scheduled work
+    async def add_schedule(
+        self,
+        channel_key: str,
+        *,
+        prompt: str,
+        cron: str | None,
+        timezone: str,
+        next_run_at: float,
+        by_id: str,
+        by_name: str,
+        max_active: int,
+    ) -> Schedule:
+        """Store an active schedule, unless the channel has `max_active` already:
+        `TooManySchedules` then, and nothing changes (one transaction)."""
+        ...
+
+    async def schedules(self, channel_key: str) -> list[Schedule]:
+        """The channel's active schedules, oldest first."""
+        ...
+
+    async def cancel_schedule(self, channel_key: str, schedule_id: int) -> bool:
+        """Cancel the channel's active schedule; False if it has no such active schedule."""
+        ...
+
+    async def due_schedules(self, now: float, *, limit: int) -> list[Schedule]:
+        """Active schedules whose `next_run_at` is at or before `now`, earliest first."""
+        ...
+
+    async def claim_schedule(
+        self, schedule_id: int, *, due_at: float, next_run_at: float | None, now: float
+    ) -> Schedule | None:
+        """Take the run due at `due_at`: iff the schedule is still active and still due at
+        exactly `due_at`, move it to `next_run_at` (None: it is done) and return it; else
+        None. One conditional statement: of several instances claiming one run, one wins."""
         ...
 
 

@@ -376,3 +376,41 @@ def m006_feedback_channel_config(db: sqlite3.Connection) -> None:
         ) WITHOUT ROWID
         """,
     )
+
+
+@migration
+def m007_memory_schedules(db: sqlite3.Connection) -> None:
+    # A channel's memory: short notes shown to the model with every run in the channel.
+    # Scheduled work: a prompt run in a channel when its cron expression matches (in its time
+    # zone) or once; `next_run_at` is compared and moved in one statement to claim a run.
+    _run(
+        db,
+        """
+        CREATE TABLE channel_memory (
+            id INTEGER PRIMARY KEY,
+            channel_key TEXT NOT NULL,
+            text TEXT NOT NULL,
+            created_by TEXT,
+            created_at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX channel_memory_channel ON channel_memory(channel_key, id)",
+        """
+        CREATE TABLE schedules (
+            id INTEGER PRIMARY KEY,
+            channel_key TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            cron TEXT,  -- NULL: a one-off at next_run_at
+            timezone TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'active'
+                CHECK (state IN ('active', 'done', 'cancelled')),
+            next_run_at REAL,
+            last_run_at REAL,
+            created_by TEXT NOT NULL,
+            created_by_name TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX schedules_channel ON schedules(channel_key, id) WHERE state = 'active'",
+        "CREATE INDEX schedules_due ON schedules(next_run_at) WHERE state = 'active'",
+    )

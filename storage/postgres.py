@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -36,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from core.messages import Message, Usage, UserMessage, dump_message
+from storage import postgres_memory as memory
 from storage import postgres_rows as rows
 from storage.base import (
     Accepted,
@@ -46,14 +47,17 @@ from storage.base import (
     InboxItem,
     InstanceCoordination,
     LoadedConversation,
+    MemoryNote,
     Notification,
     RunOutcome,
     RunRecord,
+    Schedule,
     StoredMessage,
     UsageSummary,
     Vote,
 )
-from storage.postgres_batch import AppendBatcher
+from storage.batching import Batcher
+from storage.postgres_batch import APPEND, AppendCall, PgTransactions
 from storage.postgres_instances import Instances
 from storage.postgres_migrations import MIGRATIONS, PgMigration, inspect, migrate
 from storage.postgres_pool import Pool
@@ -102,8 +106,11 @@ class PostgresStore:
         # Use `open()`: it creates the pool, checks the schema and migrates.
         self._pool = pool
         self._instances = Instances(pool, url, schema, lease_ttl_s)
-        # Half the pool at most for appends, so other calls always find a connection.
-        self._appends = AppendBatcher(pool, max_in_flight=max(1, pool.get_max_size() // 2))
+        # Appends are grouped (`postgres_batch`): half the pool at most carries them, so
+        # other calls always find a connection.
+        self._appends: Batcher[asyncpg.Connection] = Batcher.pooled(
+            pool, PgTransactions(), lanes=max(1, pool.get_max_size() // 2)
+        )
         self._url = url
         self._clock = clock
         self._schema = schema
@@ -189,7 +196,7 @@ class PostgresStore:
         self._closed = True
         if self._inflight:
             await asyncio.wait(list(self._inflight))
-        await self._appends.wait()
+        await self._appends.drain()
         await self._instances.close()
         await self._pool.close()
 
@@ -211,7 +218,11 @@ class PostgresStore:
         statement is one already), as its own task: a cancelled caller does not cut it off."""
         if self._closed:
             raise RuntimeError(f"the store for {self.url} is closed")
-        task = asyncio.ensure_future(self._run(body, transaction))
+        return self._shielded(self._run(body, transaction))
+
+    def _shielded(self, work: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """`work` as its own task, which `close()` waits for."""
+        task = asyncio.ensure_future(work)
         self._inflight.add(task)
         task.add_done_callback(_settled(self._inflight))
         return asyncio.shield(task)
@@ -315,18 +326,15 @@ class PostgresStore:
         a reply that used no tokens)."""
         if usage is not None and run_id is None:
             raise ValueError("usage is recorded against a run: give run_id")
-        pair = [(message, dump_message(message).decode())]
-        now = self._clock()
+        body_json = dump_message(message).decode()
         charge = usage if usage is not None and usage.total_tokens > 0 else None
-
-        if self._closed:
-            raise RuntimeError(f"the store for {self.url} is closed")
+        call = AppendCall(conversation_id, message, body_json, run_id, self._clock(), charge, model)
         # Grouped with other appends while the database is busy (`postgres_batch`); an
         # unknown run is a KeyError (the message's foreign key), as from record_usage.
-        appended = self._appends.append(
-            conversation_id, message, pair[0][1], run_id, now, charge, model
-        )
-        return StoredMessage(seq=await asyncio.shield(appended), message=message)
+        if self._closed:
+            raise RuntimeError(f"the store for {self.url} is closed")
+        seq = await self._appends.submit(APPEND, call)  # runs whole if the caller goes
+        return StoredMessage(seq=seq, message=message)
 
     async def load(self, conversation_id: int) -> LoadedConversation:
         """The conversation, its latest compaction and every message after it: ONE
@@ -659,11 +667,11 @@ class PostgresStore:
         ref_json = rows.dump_json(ref)
 
         async def body(connection: asyncpg.Connection) -> RunRecord:
-            # The update is the call's one write; the record is read after it committed.
-            await connection.execute(
-                "UPDATE runs SET surface_ref = $1::jsonb WHERE id = $2", ref_json, run_id
-            )
-            return await rows.run_by_id(connection, run_id)
+            # One statement: a run's ref changes a few times per answer (its messages posted).
+            row = await connection.fetchrow(rows.SET_SURFACE_REF, ref_json, run_id)
+            if row is None:
+                raise KeyError(f"no run with id {run_id}")
+            return rows.run_record(row)
 
         return await self._call(body)
 
@@ -876,6 +884,79 @@ class PostgresStore:
             )
 
         await self._call(body)
+
+    # --- a channel's memory and scheduled work (SQL in `postgres_memory`) -----------------
+
+    async def memory_notes(self, channel_key: str) -> list[MemoryNote]:
+        return await self._call(lambda connection: memory.notes(connection, channel_key))
+
+    async def add_memory_note(
+        self, channel_key: str, text: str, *, by: str | None, max_notes: int, max_chars: int
+    ) -> MemoryNote:
+        now = self._clock()
+
+        async def body(connection: asyncpg.Connection) -> MemoryNote:
+            return await memory.add_note(
+                connection, channel_key, text, by, max_notes, max_chars, now
+            )
+
+        return await self._call(body, transaction=True)
+
+    async def forget_memory_note(self, channel_key: str, note_id: int) -> bool:
+        return await self._call(
+            lambda connection: memory.forget_note(connection, channel_key, note_id)
+        )
+
+    async def clear_memory(self, channel_key: str) -> int:
+        return await self._call(lambda connection: memory.clear(connection, channel_key))
+
+    async def add_schedule(
+        self,
+        channel_key: str,
+        *,
+        prompt: str,
+        cron: str | None,
+        timezone: str,
+        next_run_at: float,
+        by_id: str,
+        by_name: str,
+        max_active: int,
+    ) -> Schedule:
+        now = self._clock()
+
+        async def body(connection: asyncpg.Connection) -> Schedule:
+            return await memory.add_schedule(
+                connection,
+                channel_key,
+                prompt,
+                cron,
+                timezone,
+                next_run_at,
+                by_id,
+                by_name,
+                max_active,
+                now,
+            )
+
+        return await self._call(body, transaction=True)
+
+    async def schedules(self, channel_key: str) -> list[Schedule]:
+        return await self._call(lambda connection: memory.schedules(connection, channel_key))
+
+    async def cancel_schedule(self, channel_key: str, schedule_id: int) -> bool:
+        return await self._call(
+            lambda connection: memory.cancel(connection, channel_key, schedule_id)
+        )
+
+    async def due_schedules(self, now: float, *, limit: int) -> list[Schedule]:
+        return await self._call(lambda connection: memory.due(connection, now, limit))
+
+    async def claim_schedule(
+        self, schedule_id: int, *, due_at: float, next_run_at: float | None, now: float
+    ) -> Schedule | None:
+        return await self._call(
+            lambda connection: memory.claim(connection, schedule_id, due_at, next_run_at, now)
+        )
 
     # --- several instances (storage.base.InstanceCoordination) -----------------------------
 

@@ -201,6 +201,36 @@ MIGRATIONS: list[PgMigration] = [
         );
         """,
     ),
+    PgMigration(
+        "m005_memory_schedules",
+        # A channel's memory and scheduled work, as SQLite's m007.
+        """
+        CREATE TABLE channel_memory (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            channel_key TEXT NOT NULL,
+            text TEXT NOT NULL,
+            created_by TEXT,
+            created_at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX channel_memory_channel ON channel_memory (channel_key, id);
+        CREATE TABLE schedules (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            channel_key TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            cron TEXT,
+            timezone TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'active'
+                CHECK (state IN ('active', 'done', 'cancelled')),
+            next_run_at DOUBLE PRECISION,
+            last_run_at DOUBLE PRECISION,
+            created_by TEXT NOT NULL,
+            created_by_name TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX schedules_channel ON schedules (channel_key, id) WHERE state = 'active';
+        CREATE INDEX schedules_due ON schedules (next_run_at) WHERE state = 'active';
+        """,
+    ),
 ]
 
 

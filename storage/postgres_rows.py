@@ -175,6 +175,13 @@ ACCEPT = f"""
 """
 
 
+# Replaces a run's surface ref and answers its `RUN_SELECT`-shaped row (none for an unknown
+# run): the write and the read in ONE statement, one round trip. $1 ref (json), $2 run.
+SET_SURFACE_REF = "WITH updated AS (UPDATE runs SET surface_ref = $1::jsonb WHERE id = $2 " + (
+    "RETURNING *) " + RUN_SELECT.replace("FROM runs r", "FROM updated r", 1)
+)
+
+
 # Closes a running run, totalling its usage from the ledger: a `RUN_SELECT`-shaped row, or
 # none if it was not running. $1 outcome, $2 error, $3 now, $4 run.
 FINISH_RUN = f"""

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiosqlite
 
 from core.messages import Message, Usage, dump_message
+from storage import sqlite_memory as memory
 from storage import sqlite_rows as rows
 from storage.base import (
     Accepted,
@@ -48,8 +49,10 @@ from storage.base import (
     FeedbackTally,
     InboxItem,
     LoadedConversation,
+    MemoryNote,
     RunOutcome,
     RunRecord,
+    Schedule,
     SchemaError,
     StoredMessage,
     UsageSummary,
@@ -88,6 +91,8 @@ from storage.sqlite_ops import (
     RUN_FIELDS,
     START_RUN,
     START_RUN_DELIVERING,
+    START_RUN_DELIVERING_ONE,
+    START_SETUP,
     SURFACE_REF,
     UPDATE_CONVERSATION,
     AcceptCall,
@@ -217,7 +222,7 @@ class SqliteStore:
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, path, migrations)
             # Per connection, never in the file: another Teammate sees the plain schema.
-            for statement in [LAST_SEQ_TRIGGER, DELIVER_TRIGGER, *ACCEPT_SETUP]:
+            for statement in [LAST_SEQ_TRIGGER, DELIVER_TRIGGER, *ACCEPT_SETUP, *START_SETUP]:
                 db.execute(statement)
 
         def setup_reader(db: sqlite3.Connection) -> None:
@@ -559,8 +564,10 @@ class SqliteStore:
             owner_json=rows.dump_json(owner or {}),
             delivery=Delivery(conversation_id, ids, self._known(conversation_id, ids)),
             now=self._clock(),
+            request=next(self._requests),
         )
-        record = await self._write(START_RUN_DELIVERING if ids else START_RUN, call)
+        op = START_RUN_DELIVERING_ONE if len(ids) == 1 else START_RUN_DELIVERING
+        record = await self._write(op if ids else START_RUN, call)
         self._forget(ids)
         return record
 
@@ -699,6 +706,62 @@ class SqliteStore:
         """Replace the channel's stored configuration, recording who changed it and when."""
         config_json = rows.dump_json(config)  # raises TypeError before anything is written
         await self._write(CHANNEL_CONFIG, (channel_key, config_json, by, self._clock()))
+
+    # --- a channel's memory and scheduled work (SQL in `sqlite_memory`) -------------------
+
+    async def memory_notes(self, channel_key: str) -> list[MemoryNote]:
+        return await self._read(lambda db: memory.read_notes(db, channel_key))
+
+    async def add_memory_note(
+        self, channel_key: str, text: str, *, by: str | None, max_notes: int, max_chars: int
+    ) -> MemoryNote:
+        call = (channel_key, text, by, max_notes, max_chars, self._clock())
+        return await self._write(memory.ADD_NOTE, call)
+
+    async def forget_memory_note(self, channel_key: str, note_id: int) -> bool:
+        return await self._write(memory.FORGET_NOTE, (channel_key, note_id))
+
+    async def clear_memory(self, channel_key: str) -> int:
+        return await self._write(memory.CLEAR_MEMORY, channel_key)
+
+    async def add_schedule(
+        self,
+        channel_key: str,
+        *,
+        prompt: str,
+        cron: str | None,
+        timezone: str,
+        next_run_at: float,
+        by_id: str,
+        by_name: str,
+        max_active: int,
+    ) -> Schedule:
+        call = (
+            channel_key,
+            prompt,
+            cron,
+            timezone,
+            next_run_at,
+            by_id,
+            by_name,
+            max_active,
+            self._clock(),
+        )
+        return await self._write(memory.ADD_SCHEDULE, call)
+
+    async def schedules(self, channel_key: str) -> list[Schedule]:
+        return await self._read(lambda db: memory.read_schedules(db, channel_key))
+
+    async def cancel_schedule(self, channel_key: str, schedule_id: int) -> bool:
+        return await self._write(memory.CANCEL_SCHEDULE, (channel_key, schedule_id))
+
+    async def due_schedules(self, now: float, *, limit: int) -> list[Schedule]:
+        return await self._read(lambda db: memory.read_due(db, now, limit))
+
+    async def claim_schedule(
+        self, schedule_id: int, *, due_at: float, next_run_at: float | None, now: float
+    ) -> Schedule | None:
+        return await self._write(memory.CLAIM_SCHEDULE, (schedule_id, due_at, next_run_at, now))
 
 
 def _stop_all(connections: list[Db]) -> None:

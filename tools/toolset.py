@@ -71,6 +71,8 @@ class ToolsConfig(BaseModel):
     # How long grep's Python engine (lookarounds, backreferences, or no ripgrep) may run
     # before it is stopped: a catastrophic pattern is killed, not waited for.
     grep_python_timeout_s: float = Field(default=PYTHON_TIMEOUT_S, gt=0, le=HARD_MAX_TIMEOUT_S)
+    # Which `[mcp.servers]` this channel gets (tools.mcp): None, every one; [] none.
+    mcp_servers: list[str] | None = None
 
 
 def build_toolset(

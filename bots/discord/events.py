@@ -62,7 +62,7 @@ _COMPONENT_BUTTON = 2
 _OPTION_SUBCOMMAND = 1
 _OPTION_SCALARS = frozenset({3, 4, 5, 10})  # string, integer, boolean, number
 
-CommandName: TypeAlias = Literal["ask", "stop", "new", "usage", "reset", "config"]
+CommandName: TypeAlias = Literal["ask", "stop", "new", "usage", "reset", "config", "memory"]
 _SIMPLE_COMMANDS: dict[str, CommandName] = {
     "ask": "ask",
     "stop": "stop",
@@ -225,7 +225,7 @@ class SlashCommand:
     context: InteractionContext
     prompt: str = ""  # /ask only
     truncated: bool = False
-    options: tuple[tuple[str, OptionValue], ...] = ()  # /teammate config only
+    options: tuple[tuple[str, OptionValue], ...] = ()  # /teammate config and memory only
 
 
 @dataclass(slots=True, frozen=True)
@@ -504,12 +504,13 @@ def _command(
         sub = data.get("options")
         if not isinstance(sub, list) or len(sub) != 1 or not isinstance(sub[0], Mapping):
             return Ignored(IgnoreReason.MALFORMED, "options")
-        if sub[0].get("type") != _OPTION_SUBCOMMAND or sub[0].get("name") != "config":
+        sub_name = sub[0].get("name")
+        if sub[0].get("type") != _OPTION_SUBCOMMAND or sub_name not in ("config", "memory"):
             return Ignored(IgnoreReason.UNKNOWN_COMMAND)
         config = _options(sub[0].get("options"))
         if config is None:
             return Ignored(IgnoreReason.MALFORMED, "options")
-        return SlashCommand("config", context, options=config)
+        return SlashCommand("memory" if sub_name == "memory" else "config", context, options=config)
     if not isinstance(name, str) or name not in _SIMPLE_COMMANDS:
         return Ignored(IgnoreReason.UNKNOWN_COMMAND)
     if name == "ask":

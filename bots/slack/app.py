@@ -6,9 +6,12 @@ listeners (`bots.slack.listeners`), who Teammate is (`auth.test` at start), the 
 mode: signed requests on `/slack/events`), the tasks that do each event's work after its
 acknowledgement, and a graceful shutdown.
 
-The acknowledgement comes first: every listener only schedules its work in a task tracked
-here (bolt runs with `process_before_response=True`, so the ack is sent the moment the
-listener returns, with no polling). Shutdown stops taking events (a request arriving while
+The acknowledgement comes first: every listener only writes a message event to the journal
+(`bots.slack.journal`: an acknowledged event survives a crash before it reached the store)
+and schedules its work in a task tracked here (bolt runs with `process_before_response=True`,
+so the ack is sent the moment the listener returns, with no polling). Before taking events,
+`connect_socket_mode` and `listen_http` replay what a crashed process acknowledged and never
+handed to the runner. Shutdown stops taking events (a request arriving while
 closing gets a 503, so Slack delivers it again later), lets the scheduled work reach the
 runner, gives running answers `grace_s` to finish, and leaves the rest to `runner.close()`
 (they are then marked stopped and their messages kept for the next start).
@@ -24,9 +27,11 @@ from typing import Any, Literal
 import aiohttp
 
 from bots.runner import ConversationRunner
+from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import Settings, SettingsError
 from bots.slack.events import SlackMessage
 from bots.slack.files import FileFetcher
+from bots.slack.journal import EventJournal
 from bots.slack.listeners import SlackIdentity, SlackListeners
 from bots.slack.surface import SlackFeatures, SlackSurface, SlackSurfaces, SurfaceOptions
 from bots.slack.users import UserNames
@@ -37,6 +42,7 @@ SLACK_API_URL = "https://slack.com/api/"
 EVENTS_PATH = "/slack/events"
 MAX_PENDING_EVENTS = 10_000  # scheduled but not yet handed to the runner
 WEB_API_TIMEOUT_S = 30.0
+JOURNAL_DIR = "slack-events"  # in the data directory
 
 SLACK_RULES = """\
 You are talking in Slack, in a thread of a channel or in a direct message. Your reply is \
@@ -90,6 +96,9 @@ class SlackBot:
         self.fetcher = FileFetcher(self._token, api_url=self.api_url)
         self.identity: SlackIdentity | None = None
         self._commands = commands
+        self.journal = EventJournal(settings.data_dir / JOURNAL_DIR)
+        self._listeners: SlackListeners | None = None
+        self._replayed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._socket: Any | None = None
@@ -144,8 +153,10 @@ class SlackBot:
             fetcher=self.fetcher,
             surfaces=self.surfaces,
             spawn=self.spawn,
+            journal=self.journal,
         )
         listeners.register(self.bolt)
+        self._listeners = listeners
         if self._commands is not None:
             self._commands(self.bolt, self)
         log.info("Slack: signed in as %s (%s) in %s", identity.name, user_id, team_id)
@@ -156,6 +167,7 @@ class SlackBot:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
         app_token = self.settings.require("slack_app_token")
+        await self.replay_journal()
         handler: Any = AsyncSocketModeHandler(self.bolt, app_token, web_client=self.client)
         self._socket = handler
         try:
@@ -173,6 +185,8 @@ class SlackBot:
         ):
             raise SettingsError("SLACK_SIGNING_SECRET is not set (needed for HTTP mode)")
         from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+
+        await self.replay_journal()
 
         async def events(request: web.Request) -> web.Response:
             bolt_response = await self.bolt.async_dispatch(await to_bolt_request(request))
@@ -222,6 +236,15 @@ class SlackBot:
         finally:
             await self.shutdown(grace_s=grace_s)
 
+    async def replay_journal(self) -> None:
+        """Hand the runner the events a crashed process acknowledged and never handed over
+        (once per process, before taking new events: they are older)."""
+        if self._listeners is None or self._replayed:
+            return
+        self._replayed = True
+        for replay in await self.journal.adopt_orphans():
+            self._listeners.replay(replay)
+
     async def shutdown(self, *, grace_s: float = 10.0) -> None:
         """Stop taking events, hand what was acknowledged to the runner, give running answers
         up to `grace_s` to finish, and close connections. Safe to call twice."""
@@ -236,6 +259,7 @@ class SlackBot:
             http, self._http = self._http, None
             await http.cleanup()
         await self.drain(timeout_s=grace_s)
+        await self.journal.close()  # what is not done yet is replayed at the next start
         if self._runner is not None and grace_s > 0:
             try:
                 await asyncio.wait_for(self._runner.wait_all(), grace_s)
@@ -312,6 +336,29 @@ class AppSurfaces:
 
     def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> SlackSurface | None:
         return self._recovered.for_ref(conversation_key, ref)
+
+    async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
+        """Scheduled work (`bots.scheduler.ThreadStarter`): a new top-level message in the
+        channel, attributed to `for_user`; the run is shown in its thread."""
+        _platform, team_id, channel = channel_key.split(":", 2)
+        # Escaped, so a prompt cannot mention @channel or anyone else.
+        escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        head = SCHEDULED_BY.format(mention=f"<@{for_user}>", text=escaped)
+        posted = await self._client.chat_postMessage(
+            channel=channel, text=head, unfurl_links=False, unfurl_media=False
+        )
+        ts = str(posted["ts"])
+        surface = SlackSurface(
+            self._client,
+            team_id=team_id,
+            channel=channel,
+            thread_ts=ts,
+            message_ts=ts,
+            user_id=for_user,
+            features=self._channels,
+            options=self._options,
+        )
+        return StartedThread(f"slack:{team_id}:{channel}:{ts}", surface)
 
 
 def _with_slash(url: str) -> str:

@@ -33,6 +33,7 @@ from bots.channel_config import (
     describe,
 )
 from bots.incoming import Incoming
+from bots.memory import ChannelMemory, parse_memory_words, run_memory_command
 from bots.runner import ConversationRunner
 from bots.settings import ChannelConfig, Settings
 from core.messages import Author, Usage
@@ -52,6 +53,8 @@ _CONFIG_HINTS = {
     "model": "Name the model: `config model <id>` (or `config model default`).",
     "tools": "List the tools: `config tools read,grep` (allowed here: {allowed}), "
     "`config tools none` or `config tools default`.",
+    "timezone": "Name the time zone for scheduled work: `config timezone Europe/Berlin` (or "
+    "`config timezone default`).",
 }
 
 
@@ -85,6 +88,8 @@ def help_text(command: str) -> str:
             f"• `{command} reset`: forget this channel's threads (the next message starts afresh)",
             f"• `{command} config`: show or change this channel's model, tools and extra "
             "instructions (admins)",
+            f"• `{command} memory`: the notes I keep for this channel; `memory add <text>`, "
+            "`memory forget <id>`, `memory clear` (admins)",
             f"Slash commands don't work inside threads: there, write `@teammate stop` to stop "
             f"the answer in progress. Every answer to `{command}` is visible only to you.",
         ]
@@ -105,6 +110,7 @@ class SlashCommands:
         self.settings = settings
         self._clock = clock
         self._configs = ChannelConfigs(runner.store, settings)  # one change at a time
+        self._memory = ChannelMemory(runner.store, settings.memory, settings.secrets())
 
     async def answer(self, invocation: Invocation) -> str:
         refusal = self._refusal(invocation)
@@ -122,6 +128,8 @@ class SlashCommands:
             return await self._reset(invocation)
         if word == "config":
             return await self._config(invocation, rest.strip())
+        if word == "memory":
+            return await self._memory_command(invocation, rest)
         return f"I don't know `{_short(word, 40)}`.\n" + help_text(invocation.command)
 
     def _refusal(self, invocation: Invocation) -> str | None:
@@ -173,6 +181,18 @@ class SlashCommands:
             "starts afresh. (Their history is kept, just no longer sent to the model.)"
         )
 
+    async def _memory_command(self, invocation: Invocation, rest: str) -> str:
+        parsed = parse_memory_words(rest)
+        if isinstance(parsed, str):
+            return parsed.replace("`memory", f"`{invocation.command} memory")
+        return await run_memory_command(
+            self._memory,
+            invocation.channel_key,
+            parsed,
+            user_id=invocation.user.id,
+            is_admin=invocation.user.id in self.settings.slack.admins,
+        )
+
     # -- config ------------------------------------------------------------------------------
 
     async def _config(self, invocation: Invocation, rest: str) -> str:
@@ -199,6 +219,7 @@ class SlashCommands:
             prompt=value if field == "prompt" else None,
             model=value if field == "model" else None,
             tools=value if field == "tools" else None,
+            timezone=value if field == "timezone" else None,
         )
         problem, changed = await self._configs.change(key, change, by=invocation.user.id)
         if problem:
@@ -214,6 +235,7 @@ class SlashCommands:
                 f"• model: {model}",
                 f"• extra instructions: {prompt}",
                 f"• tools: {tools}",
+                f"• time zone (scheduled work): {view.timezone}",
                 self._usage_of_config(invocation.command),
             ]
         )
@@ -222,7 +244,8 @@ class SlashCommands:
     def _usage_of_config(command: str) -> str:
         return (
             f"Change it with `{command} config model <id>|default`, `config prompt "
-            "<text>|clear`, `config tools <a,b>|none|default`, or `config reset`."
+            "<text>|clear`, `config tools <a,b>|none|default`, `config timezone "
+            "<zone>|default`, or `config reset`."
         )
 
 

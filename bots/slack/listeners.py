@@ -13,9 +13,11 @@ retry of an event, a restart, and a mention arriving as both `app_mention` and `
 answered once, and a delivery is never claimed without its message being stored. Only what
 stores no message (a stop, a refusal note) is claimed on its own, so that a late retry cannot
 stop a newer run or repeat a note. What remains is the window between the acknowledgement and
-that transaction (the name, the files, the thread's backfill): a process killed inside it
-loses that event, since Slack does not redeliver what was acknowledged; a graceful shutdown
-drains it (`SlackBot.shutdown`).
+that transaction (the name, the files, the thread's backfill), which Slack will not cover by
+redelivering: every message event is therefore written to the journal (`bots.slack.journal`)
+before its listener returns (the return is the ack), marked done when its work is over, and
+replayed after a crash (`replay`); accepting is idempotent, so a replay of an event already
+accepted is dropped as a duplicate. A graceful shutdown drains the window instead.
 
 Must not: render answers (the surface does), write SQL, or block the acknowledgement.
 """
@@ -50,6 +52,7 @@ from bots.slack.events import (
     parse_event,
 )
 from bots.slack.files import Fetched, FileFetcher
+from bots.slack.journal import EventJournal, Replay
 from bots.slack.users import UserNames, readable_mentions
 from bots.surface import Surface
 from core.messages import Author
@@ -57,8 +60,12 @@ from core.messages import Author
 log = logging.getLogger(__name__)
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
+EVENT, ASSISTANT = "event", "assistant"  # which listener an event came through (journal kind)
 
 MAX_KNOWN_THREADS = 10_000
+# How long an event's journal write may hold its acknowledgement (Slack waits 3 s): longer,
+# and the event is refused (HTTP 500), so that Slack delivers it again.
+JOURNAL_MAX_WAIT_S = 2.0
 _SLACK_ID = re.compile(r"[A-Za-z0-9]{1,64}")  # as bots.slack.events accepts them in keys
 _SLACK_TS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 MAX_TITLE_CHARS = 60
@@ -111,8 +118,10 @@ class SlackListeners:
         fetcher: FileFetcher,
         surfaces: SurfaceMaker,
         spawn: Spawn,
+        journal: EventJournal | None = None,
     ) -> None:
         self._runner = runner
+        self._journal = journal
         self._settings = settings
         self._client = client
         self._identity = identity
@@ -142,13 +151,35 @@ class SlackListeners:
         bolt.action(FEEDBACK_ACTION_ID)(self._on_feedback_button)
 
     async def _on_event(self, body: dict[str, Any]) -> None:
-        self._spawn(self.handle_event(body, assistant_thread=False), _task_name(body))
+        await self._journaled(EVENT, body)
 
     async def _on_assistant_message(self, body: dict[str, Any]) -> None:
-        self._spawn(self.handle_event(body, assistant_thread=True), _task_name(body))
+        await self._journaled(ASSISTANT, body)
 
     async def _on_assistant_thread_started(self, body: dict[str, Any]) -> None:
-        self._spawn(self.handle_event(body, assistant_thread=True), _task_name(body))
+        await self._journaled(ASSISTANT, body)
+
+    async def _journaled(self, kind: str, body: dict[str, Any]) -> None:
+        """Write the event down, then schedule its work; the ack follows this return. If it
+        cannot be written in time this raises: bolt answers 500 and Slack delivers it again."""
+        entry = None
+        if self._journal is not None:
+            entry = await asyncio.wait_for(self._journal.record(kind, body), JOURNAL_MAX_WAIT_S)
+        self._spawn(self._then_done(entry, kind, body), _task_name(body))
+
+    def replay(self, replay: Replay) -> None:
+        """An event a crashed process acknowledged and had not handed over: handle it now."""
+        log.info("replaying Slack %s", _task_name(replay.body))
+        self._spawn(
+            self._then_done(replay.entry, replay.kind, replay.body), _task_name(replay.body)
+        )
+
+    async def _then_done(self, entry: int | None, kind: str, body: dict[str, Any]) -> None:
+        # Marked done only when the work ended normally: an event whose work failed or was
+        # cut short by a shutdown stays in the journal and is replayed at the next start.
+        await self.handle_event(body, assistant_thread=kind == ASSISTANT)
+        if entry is not None and self._journal is not None:
+            await self._journal.done(entry)
 
     async def _on_assistant_context_changed(self, body: dict[str, Any]) -> None:
         """Nothing to do: Teammate does not use the channel a person is viewing. (Without this

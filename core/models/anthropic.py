@@ -455,6 +455,12 @@ class AnthropicModel:
             params["system"] = [
                 {"type": "text", "text": request.system_prompt, "cache_control": _EPHEMERAL}
             ]
+        if request.system_tail:
+            # Its own block and breakpoint after the stable one: a change to it (a channel's
+            # memory) re-writes the cache from here once; the stable prefix still hits.
+            params.setdefault("system", []).append(
+                {"type": "text", "text": request.system_tail, "cache_control": _EPHEMERAL}
+            )
         if request.tools:
             params["tools"] = [_api_tool(tool) for tool in request.tools]
         if self._thinking == "adaptive" and self._spec.adaptive_thinking:

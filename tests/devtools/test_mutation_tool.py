@@ -11,6 +11,7 @@ from devtools.mutation import (
     SQL_CASE_REASON,
     default_files,
     describe,
+    function_body_lines,
     generate,
     load_equivalents,
     looks_like_sql,
@@ -189,3 +190,17 @@ def test_sql_case_rule_keeps_quoted_values_and_needs_sql() -> None:
     assert looks_like_sql("run_id = ? WHERE id = ?") and looks_like_sql("at >= ?")
     assert not looks_like_sql("surface has no readable ref")
     assert not looks_like_sql("from the start")  # English: the keywords are upper case in SQL
+
+
+def test_only_lines_inside_function_bodies_run_when_called() -> None:
+    # the others (class bodies, defaults) run at import: every test of the module uses them
+    source = (
+        "class Reason:\n"  # 1
+        "    WORD = 'word'\n"  # 2
+        "def f(x: int = 3) -> int:\n"  # 3
+        "    y = x + 1\n"  # 4
+        "    return y\n"  # 5
+        "g = lambda v: (\n"  # 6
+        "    v * 2)\n"  # 7
+    )
+    assert function_body_lines(source) == {4, 5, 7}

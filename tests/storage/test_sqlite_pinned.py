@@ -4,12 +4,15 @@ window starts at its timestamp exactly; a finished run keeps its first outcome a
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from core.messages import AssistantMessage, Text, Usage, UserMessage
+from storage.base import SchemaError
 from storage.sqlite import SqliteStore
 
 
@@ -215,3 +218,86 @@ async def test_a_reply_appended_with_its_usage_records_even_one_token_and_its_mo
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         rows = db.execute("SELECT model, output_tokens FROM usage_ledger").fetchall()
     assert rows == [("model-b", 1)]
+
+
+async def test_a_failed_open_leaves_no_file_behind_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    working = tmp_path / "cwd"
+    working.mkdir()
+    monkeypatch.chdir(working)
+    with pytest.raises(sqlite3.Error):
+        await SqliteStore.open(folder)
+    assert list(working.iterdir()) == [] and list(folder.iterdir()) == []
+
+
+async def test_reads_made_together_are_all_answered(tmp_path: Path) -> None:
+    # reads queued behind one in flight run as one batch on the reader connection
+    async with SqliteStore.open(tmp_path / "k.db") as store:
+        for n in range(5):
+            await store.get_or_create_conversation(f"k{n}", channel_key="c")
+        found = await asyncio.gather(*(store.get_conversation(f"k{n % 5}") for n in range(20)))
+        assert [c.key for c in found if c is not None] == [f"k{n % 5}" for n in range(20)]
+
+
+async def test_a_file_that_is_not_a_database_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database" * 100)
+    with pytest.raises(SchemaError) as refused:
+        await SqliteStore.open(path)
+    assert str(refused.value).startswith(f"{path} is not a SQLite database")
+    assert path.read_bytes() == b"these are my notes, not a database" * 100
+
+
+async def test_the_integrity_check_names_rows_that_refer_to_missing_rows(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    async with SqliteStore.open(path) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        await store.append_message(conversation.id, UserMessage(content="kept"))
+        assert await store.integrity_check() == []
+    with closing(sqlite3.connect(path)) as db:  # foreign keys are off by default here
+        db.execute("DELETE FROM conversations")
+        db.commit()
+        (rowid,) = db.execute("SELECT rowid FROM messages").fetchone()
+    async with SqliteStore.open(path) as store:
+        assert await store.integrity_check() == [
+            f"messages row {rowid} refers to a missing conversations"
+        ]
+
+
+async def test_usage_needs_its_run_and_a_reply_that_used_no_tokens_costs_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "m.db"
+    async with SqliteStore.open(path, clock=Clock(T0)) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        reply = AssistantMessage(content=[Text(text="hi")])
+        with pytest.raises(ValueError) as refused:
+            await store.append_message(conversation.id, reply, usage=Usage(input=1))
+        assert str(refused.value) == "usage is recorded against a run: give run_id"
+        run = await store.start_run(conversation.id, model="m")
+        await store.append_message(conversation.id, reply, run_id=run.id, usage=Usage())
+        await store.append_message(conversation.id, reply, run_id=run.id, usage=Usage(output=1))
+    with closing(sqlite3.connect(path)) as db:
+        ledger = db.execute("SELECT input_tokens, output_tokens FROM usage_ledger").fetchall()
+    assert ledger == [(0, 1)]  # one entry: the reply with no tokens left none
+
+
+async def test_a_usage_summary_narrowed_by_several_filters_keeps_only_what_fits_all(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore.open(tmp_path / "n.db", clock=Clock(T0)) as store:
+        here = await store.get_or_create_conversation("k1", channel_key="chan")
+        there = await store.get_or_create_conversation("k2", channel_key="other")
+        for conversation, user, tokens in ((here, "U1", 1), (here, "U2", 10), (there, "U1", 100)):
+            run = await store.start_run(conversation.id, user_id=user, model="m")
+            await store.record_usage(run.id, Usage(input=tokens))
+            await store.set_run_feedback(run.id, "U9", "up")
+        both = await store.usage_summary(T0, user_id="U1", channel_key="chan")
+        assert (both.usage.input, both.runs, both.votes_up) == (1, 1, 1)
+        every = await store.usage_summary(
+            T0, conversation_id=there.id, user_id="U1", channel_key="other"
+        )
+        assert (every.usage.input, every.runs, every.votes_up) == (100, 1, 1)

@@ -1,0 +1,101 @@
+"""The Slack event journal on its own: what a dead process left is adopted once, a live
+process's file is left alone, a torn line or a done event is not replayed, a poison event is
+given up, and a journal whose events are all done is emptied."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bots.recovery import OWNER
+from bots.slack import journal as journal_module
+from bots.slack.journal import MAX_ATTEMPTS, EventJournal
+
+
+def body(n: int) -> dict[str, object]:
+    return {"event_id": f"Ev{n}", "event": {"type": "app_mention", "text": f"m{n}"}}
+
+
+def dead_owner() -> dict[str, object]:
+    # A pid that is not running (the kernel's pid_max is below 2**22 by default).
+    return {"host": OWNER["host"], "pid": 2**22 + 17, "start": "1"}
+
+
+def write_orphan(directory: Path, name: str, owner: dict[str, object], lines: list[str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("\n".join([json.dumps({"owner": owner}), *lines]) + "\n")
+    return path
+
+
+async def test_a_dead_process_s_undone_events_are_adopted_once_and_in_order(
+    tmp_path: Path,
+) -> None:
+    lines = [
+        json.dumps({"id": 1, "kind": "event", "attempt": 1, "event": body(1)}),
+        json.dumps({"id": 2, "kind": "assistant", "attempt": 1, "event": body(2)}),
+        json.dumps({"done": 1}),
+        json.dumps({"id": 3, "kind": "event", "attempt": 1, "event": body(3)}),
+        '{"id": 4, "kind": "event", "attem',  # torn: the process died writing it (not acked)
+    ]
+    orphan = write_orphan(tmp_path, "dead.jsonl", dead_owner(), lines)
+    journal = EventJournal(tmp_path)
+    replays = await journal.adopt_orphans()
+    assert [(r.kind, r.body) for r in replays] == [("assistant", body(2)), ("event", body(3))]
+    assert not orphan.exists()
+    assert journal.outstanding == 2
+    # Adopted durably: were this process killed now, the next one would find them here.
+    assert await asyncio.to_thread(journal_module._undone, journal.path) == [
+        ("assistant", body(2), 2),
+        ("event", body(3), 2),
+    ]
+    assert await EventJournal(tmp_path).adopt_orphans() == []  # (its own file: not an orphan)
+    await journal.close()
+
+
+async def test_a_live_process_s_journal_is_left_alone(tmp_path: Path) -> None:
+    live = {"host": OWNER["host"], "pid": os.getppid(), "start": None}
+    line = json.dumps({"id": 1, "kind": "event", "attempt": 1, "event": body(1)})
+    path = write_orphan(tmp_path, "live.jsonl", live, [line])
+    journal = EventJournal(tmp_path)
+    assert await journal.adopt_orphans() == []
+    assert path.exists()
+    await journal.close()
+
+
+async def test_an_event_that_keeps_killing_the_process_is_given_up(tmp_path: Path) -> None:
+    line = json.dumps({"id": 1, "kind": "event", "attempt": MAX_ATTEMPTS, "event": body(1)})
+    write_orphan(tmp_path, "dead.jsonl", dead_owner(), [line])
+    journal = EventJournal(tmp_path)
+    assert await journal.adopt_orphans() == []
+    await journal.close()
+
+
+async def test_done_events_are_not_replayed_and_a_done_journal_is_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal_module, "TRUNCATE_AT_BYTES", 200)
+    journal = EventJournal(tmp_path)
+    entries = await asyncio.gather(*(journal.record("event", body(n)) for n in range(20)))
+    assert sorted(entries) == list(range(1, 21))
+    for entry in entries[:-1]:
+        await journal.done(entry)
+    assert [b for _, b, _ in journal_module._undone(journal.path)] == [body(19)]
+    await journal.done(entries[-1])
+    await journal.record("event", body(99))  # the next write finds everything done
+    assert journal.path.stat().st_size < 400
+    assert [b for _, b, _ in journal_module._undone(journal.path)] == [body(99)]
+    await journal.close()
+    assert journal.path.exists()  # one event is not done: the next start adopts it
+
+
+async def test_a_journal_closed_with_everything_done_is_removed(tmp_path: Path) -> None:
+    journal = EventJournal(tmp_path)
+    entry = await journal.record("event", body(1))
+    await journal.done(entry)
+    await journal.close()
+    assert not journal.path.exists()
