@@ -12,10 +12,13 @@ test_secrets_no_leak.py (each scenario IS that test's coroutine, run here at ful
   `message`); every distinct message must be answered exactly once, in the order accepted
   within its thread. Peak memory is the process's peak RSS (app and fakes share it).
 - faults: the model answering 529, 500, an error mid-stream, hanging 120 s before the headers
-  or mid-stream (cut by the idle timeout); Slack answering 429 and 500; the database locked
-  by another program; the disk full; a read-only data directory; an over-long message; every
-  secret kept out of logs, chat, the model and the store. A scenario is recovered when its
-  checks all pass (one clear message, nothing lost, the next message answered).
+  or mid-stream (cut by the idle timeout); Slack answering 429 and 500 for a while and 500
+  for good, its Socket Mode connection dropping mid-answer; the database locked by another
+  program; the disk full; a read-only data directory; the PostgreSQL server restarted
+  mid-answer; an over-long message; every secret kept out of logs, chat, the model and the
+  store. A scenario is recovered when its checks all pass (one clear message, nothing lost,
+  the next message answered); one that cannot run here (no root for a small disk, no
+  PostgreSQL) is counted as skipped, not tried.
 
 Run: `uv run python benchmarks/chaos_faults.py [--quick]` (or `python -m
 benchmarks.chaos_faults`). --quick: a 200-message flood and two faults (seconds, for CI).
@@ -49,6 +52,7 @@ from tests.chaos import (
     test_fault_disk,
     test_fault_model,
     test_fault_platform,
+    test_fault_postgres,
     test_hostile_context,
     test_secrets_no_leak,
 )
@@ -78,6 +82,9 @@ def _scenarios(quick: bool) -> dict[str, Scenario]:
     found["data dir read-only"] = disk.test_a_read_only_data_directory_is_one_clear_line_at_start
     found["message over the context"] = (
         test_hostile_context.test_a_message_over_the_context_is_refused_before_the_model_is_called
+    )
+    found["postgres restarted"] = (
+        test_fault_postgres.test_a_postgres_restart_mid_answer_is_said_and_service_resumes
     )
     found["secrets kept"] = _secrets
     found |= {f"slack {name}": scenario for name, scenario in test_fault_platform.SCENARIOS.items()}
@@ -112,9 +119,9 @@ async def _try(name: str, scenario: Scenario, root: Path) -> str:
 
 async def run_fault_scenarios(quick: bool) -> dict[str, float]:
     """Run the flood and every fault scenario; the figures `benchmarks/chaos.py` reports."""
-    root = logging.getLogger()
-    if not root.handlers:  # the scenarios' failures are expected: not on stderr (they check
-        root.addHandler(logging.NullHandler())  # their own log lines)
+    logger = logging.getLogger()
+    if not logger.handlers:  # the scenarios' failures are expected: not on stderr (they
+        logger.addHandler(logging.NullHandler())  # check their own log lines)
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="chaos-faults-") as tmp:
         root = Path(tmp)

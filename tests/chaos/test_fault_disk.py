@@ -19,6 +19,8 @@ import pytest
 
 from bots.app import open_app
 from bots.settings import SettingsError
+from storage.base import ConversationStore
+from storage.sqlite import SqliteStore
 from tests.chaos.fault_kit import (
     LogCapture,
     app_settings,
@@ -45,6 +47,11 @@ def captured_logs() -> Iterator[LogCapture]:
 
 def _everything_shown(slack: FakeSlack) -> str:
     return json.dumps([call.args for call in slack.calls], ensure_ascii=False)
+
+
+async def _integrity(store: ConversationStore) -> list[str]:
+    assert isinstance(store, SqliteStore)
+    return await store.integrity_check()
 
 
 def _fill(filler: Path) -> None:
@@ -107,7 +114,7 @@ async def test_a_database_locked_by_another_program_is_said_and_then_answered(
         await app.mention("after the lock", thread_ts=ts)
         await app.settle()
         assert "answer after the lock" in json.dumps(slack.bot_replies("C1", ts))
-        assert await app.store.integrity_check() == []
+        assert await _integrity(app.store) == []
 
 
 async def test_a_full_disk_is_said_nothing_is_corrupted_and_service_resumes(
@@ -150,7 +157,7 @@ async def test_a_full_disk_is_said_nothing_is_corrupted_and_service_resumes(
             await app.mention("room again", thread_ts=ts)
             await app.settle()
             assert "answer with room again" in json.dumps(slack.bot_replies("C1", ts))
-            assert await app.store.integrity_check() == []
+            assert await _integrity(app.store) == []
 
 
 async def test_a_read_only_data_directory_is_one_clear_line_at_start(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ async def _outage(path: Path, status: int, times: int) -> tuple[FakeSlack, str, 
             ts = await app.mention("what is the answer?")
             await app.settle(limit_s=120)
         # Slack is back for good: a later question is answered normally.
+        slack.clear_faults()
         model_api.add(text_reply("and the next one"))
         await app.mention("and next?", thread_ts=ts)
         await app.settle()
