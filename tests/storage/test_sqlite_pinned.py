@@ -14,6 +14,7 @@ import pytest
 from core.messages import AssistantMessage, Text, Usage, UserMessage
 from storage.base import SchemaError
 from storage.sqlite import SqliteStore
+from tests.storage.test_batching import traced
 
 
 class Clock:
@@ -301,3 +302,22 @@ async def test_a_usage_summary_narrowed_by_several_filters_keeps_only_what_fits_
             T0, conversation_id=there.id, user_id="U1", channel_key="other"
         )
         assert (every.usage.input, every.runs, every.votes_up) == (100, 1, 1)
+
+
+async def test_usage_recorded_together_is_all_counted_and_an_unknown_run_refused_alone(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore.open(tmp_path / "o.db", clock=Clock(T0)) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        run = await store.start_run(conversation.id, model="m")
+        statements = await traced(store._writer)
+        results = await asyncio.gather(
+            *(store.record_usage(run.id, Usage(input=n, cost=0.5)) for n in range(1, 11)),
+            store.record_usage(run.id + 99, Usage(input=1000)),
+            return_exceptions=True,
+        )
+        assert results[:10] == [None] * 10 and isinstance(results[10], KeyError)
+        # one batch, answered without the retry a failed batch needs
+        assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
+        finished = await store.finish_run(run.id, "done")
+        assert finished.usage.input == 55 and finished.usage.cost == pytest.approx(5.0)
