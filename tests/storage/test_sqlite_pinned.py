@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.messages import AssistantMessage, Text, Usage, UserMessage
-from storage.base import SchemaError
+from storage.base import Conversation, SchemaError
 from storage.sqlite import SqliteStore
 from tests.storage.test_batching import traced
 
@@ -321,3 +321,74 @@ async def test_usage_recorded_together_is_all_counted_and_an_unknown_run_refused
         assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
         finished = await store.finish_run(run.id, "done")
         assert finished.usage.input == 55 and finished.usage.cost == pytest.approx(5.0)
+
+
+async def accept(store: SqliteStore, key: str, text: str) -> tuple[int, int]:
+    accepted = await store.accept_delivery(
+        key, UserMessage(content=text), channel_key="c", delivery_id=None
+    )
+    assert accepted is not None
+    return accepted.conversation.id, accepted.item.id
+
+
+async def test_a_delivery_skips_settled_items_and_still_delivers_the_rest(tmp_path: Path) -> None:
+    async with SqliteStore.open(tmp_path / "p.db") as store:
+        cid, first = await accept(store, "k", "first")
+        _, second = await accept(store, "k", "second")
+        _, third = await accept(store, "k", "third")
+        await store.drop(cid, [first], "stopped")
+        delivered = await store.deliver(cid, [first, second, second, third])
+        assert [s.message.text() for s in delivered] == ["second", "third"]
+
+
+async def test_writes_made_together_are_one_batch_with_each_callers_own_answer(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore.open(tmp_path / "q.db") as store:
+        cid, first = await accept(store, "k", "first")
+        _, second = await accept(store, "k", "second")
+        other, elsewhere = await accept(store, "k2", "elsewhere")
+        await store.drop(cid, [first], "stopped")
+        statements = await traced(store._writer)
+
+        results = await asyncio.gather(
+            store.claim_delivery("alone"),  # runs at once; the others queue behind it
+            store.get_or_create_conversation("new", channel_key="c", title="made"),
+            store.get_or_create_conversation("k", channel_key="ignored"),
+            store.get_or_create_conversation("new", channel_key="c"),
+            store.deliver(cid, [elsewhere]),  # not this conversation's item
+            store.deliver(cid, [first, second]),
+            store.deliver(other, [elsewhere]),
+            return_exceptions=True,
+        )
+
+        made, existing, again = results[1:4]
+        assert isinstance(made, Conversation) and (made.key, made.title) == ("new", "made")
+        assert isinstance(existing, Conversation) and existing.id == cid
+        assert existing.channel_key == "c"
+        assert isinstance(again, Conversation) and again.id == made.id
+        assert isinstance(results[4], KeyError)
+        assert [s.message.text() for s in results[5]] == ["second"]  # type: ignore[union-attr]
+        assert [s.message.text() for s in results[6]] == ["elsewhere"]  # type: ignore[union-attr]
+        # one transaction, answered without the retry a failed batch needs
+        assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
+
+
+async def test_finishing_an_unknown_run_names_it_alone_or_among_others(tmp_path: Path) -> None:
+    async with SqliteStore.open(tmp_path / "r.db") as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        runs = [await store.start_run(conversation.id, model="m") for _ in range(3)]
+        with pytest.raises(KeyError) as alone:
+            await store.finish_run(4242, "done")
+        results = await asyncio.gather(
+            *(store.finish_run(run.id, "done") for run in runs),
+            store.finish_run(4343, "error", error="x"),
+            return_exceptions=True,
+        )
+        assert [r.outcome for r in results[:3]] == ["done"] * 3  # type: ignore[union-attr]
+        among = results[3]
+        assert isinstance(among, KeyError)
+        assert (alone.value.args, among.args) == (
+            ("no run with id 4242",),
+            ("no run with id 4343",),
+        )
