@@ -368,8 +368,9 @@ async def test_writes_made_together_are_one_batch_with_each_callers_own_answer(
         assert existing.channel_key == "c"
         assert isinstance(again, Conversation) and again.id == made.id
         assert isinstance(results[4], KeyError)
-        assert [s.message.text() for s in results[5]] == ["second"]  # type: ignore[union-attr]
-        assert [s.message.text() for s in results[6]] == ["elsewhere"]  # type: ignore[union-attr]
+        here, there = results[5], results[6]
+        assert isinstance(here, list) and [s.message.text() for s in here] == ["second"]
+        assert isinstance(there, list) and [s.message.text() for s in there] == ["elsewhere"]
         # one transaction, answered without the retry a failed batch needs
         assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
 
