@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.messages import AssistantMessage, Text, Usage, UserMessage
-from storage.base import Conversation, SchemaError
+from storage.base import Conversation, RunRecord, SchemaError
 from storage.sqlite import SqliteStore
 from tests.storage.test_batching import traced
 
@@ -381,6 +381,7 @@ async def test_finishing_an_unknown_run_names_it_alone_or_among_others(tmp_path:
         runs = [await store.start_run(conversation.id, model="m") for _ in range(3)]
         with pytest.raises(KeyError) as alone:
             await store.finish_run(4242, "done")
+        statements = await traced(store._writer)
         results = await asyncio.gather(
             *(store.finish_run(run.id, "done") for run in runs),
             store.finish_run(4343, "error", error="x"),
@@ -393,3 +394,34 @@ async def test_finishing_an_unknown_run_names_it_alone_or_among_others(tmp_path:
             ("no run with id 4242",),
             ("no run with id 4343",),
         )
+        assert await store.running_runs() == []
+        # one transaction, answered without the retry a failed batch needs
+        assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
+
+
+async def test_runs_started_together_each_get_their_channel_and_their_refusal(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore.open(tmp_path / "s.db") as store:
+        cid, mine = await accept(store, "k", "mine")
+        _, yours = await accept(store, "k2", "yours")
+        statements = await traced(store._writer)
+        results = await asyncio.gather(
+            store.claim_delivery("alone"),  # runs at once; the others queue behind it
+            store.start_run(cid, model="m"),
+            store.start_run(cid, model="m", channel_key="elsewhere"),
+            store.start_run(cid, model="m", deliver=[yours]),  # not this conversation's item
+            store.start_run(cid, model="m", deliver=[mine]),
+            store.start_run(987654, model="m"),
+            return_exceptions=True,
+        )
+        plain, moved, refused, delivering, unknown = results[1:]
+        assert isinstance(plain, RunRecord) and plain.channel_key == "c"
+        assert isinstance(moved, RunRecord) and moved.channel_key == "elsewhere"
+        assert isinstance(refused, KeyError) and isinstance(unknown, KeyError)
+        assert isinstance(delivering, RunRecord) and delivering.conversation_key == "k"
+        assert sorted(r.id for r in await store.running_runs()) == sorted(
+            [plain.id, moved.id, delivering.id]
+        )
+        assert [s.message.text() for s in (await store.load(cid)).messages] == ["mine"]
+        assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
