@@ -425,3 +425,18 @@ async def test_runs_started_together_each_get_their_channel_and_their_refusal(
         )
         assert [s.message.text() for s in (await store.load(cid)).messages] == ["mine"]
         assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
+
+
+async def test_a_conversation_keeps_when_it_was_made_and_tells_when_it_changed(
+    tmp_path: Path,
+) -> None:
+    clock = Clock(T0)
+    async with SqliteStore.open(tmp_path / "t.db", clock=clock) as store:
+        made = await store.get_or_create_conversation("k", channel_key="c")
+        assert (made.created_at, made.updated_at) == (T0, T0)
+        clock.now = T0 + 60
+        await store.update_conversation(made.id, title="renamed")
+        found = await store.get_conversation("k")
+        assert found is not None and (found.created_at, found.updated_at) == (T0, T0 + 60)
+        [listed] = await store.channel_conversations("c", limit=5)
+        assert (listed.created_at, listed.updated_at) == (T0, T0 + 60)
