@@ -440,3 +440,29 @@ async def test_a_conversation_keeps_when_it_was_made_and_tells_when_it_changed(
         assert found is not None and (found.created_at, found.updated_at) == (T0, T0 + 60)
         [listed] = await store.channel_conversations("c", limit=5)
         assert (listed.created_at, listed.updated_at) == (T0, T0 + 60)
+
+
+async def test_a_run_read_back_is_the_run_that_was_started(tmp_path: Path) -> None:
+    clock = Clock(T0)
+    async with SqliteStore.open(tmp_path / "u.db", clock=clock) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="chan")
+        started = await store.start_run(
+            conversation.id, user_id="U7", model="m", surface_ref={"ts": "1.2"}
+        )
+        [running] = await store.running_runs()
+        clock.now = T0 + 3
+        finished = await store.finish_run(started.id, "done")
+        for run in (running, finished):
+            assert (run.id, run.conversation_id, run.conversation_key) == (
+                started.id,
+                conversation.id,
+                "k",
+            )
+            assert (run.started_at, run.user_id, run.channel_key, run.model) == (
+                T0,
+                "U7",
+                "chan",
+                "m",
+            )
+            assert run.surface_ref == {"ts": "1.2"}
+        assert (finished.outcome, finished.finished_at) == ("done", T0 + 3)
