@@ -469,12 +469,29 @@ def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> 
         # in effect for every test that uses the module, not only for the one that happened
         # to import it first (a lazy import inside a test records that test alone).
         users: set[str] = set().union(*tests_by_line[file].values())
-        in_functions = function_body_lines((copy / file).read_text(encoding="utf-8"))
+        source = (copy / file).read_text(encoding="utf-8")
+        in_functions = function_body_lines(source)
+        # A line inside a long statement (a string of SQL continued over 20 lines) has no
+        # bytecode of its own: it takes the tests of the statement it belongs to.
+        for first, last in simple_statement_spans(source):
+            if first in tests_by_line[file]:
+                for line in range(first + 1, last + 1):
+                    tests_by_line[file].setdefault(line, tests_by_line[file][first])
         for line, ran in tests_by_line[file].items():
             if not ran or line not in in_functions:
                 ran.update(users)
     seconds: dict[str, float] = json.loads(durations.read_text(encoding="utf-8"))
     return Coverage(tests_by_line, seconds)
+
+
+def simple_statement_spans(source: str) -> list[tuple[int, int]]:
+    """(first line, last line) of every statement without a body of its own."""
+    spans: list[tuple[int, int]] = []
+    for node in ast.walk(ast.parse(source)):
+        last = getattr(node, "end_lineno", None)
+        if isinstance(node, ast.stmt) and not hasattr(node, "body") and last and last > node.lineno:
+            spans.append((node.lineno, last))
+    return spans
 
 
 def function_body_lines(source: str) -> set[int]:

@@ -16,6 +16,7 @@ from devtools.mutation import (
     load_equivalents,
     looks_like_sql,
     same_sql_ignoring_case,
+    simple_statement_spans,
     survivors_of,
 )
 
@@ -204,3 +205,16 @@ def test_only_lines_inside_function_bodies_run_when_called() -> None:
         "    v * 2)\n"  # 7
     )
     assert function_body_lines(source) == {4, 5, 7}
+
+
+def test_a_statement_over_several_lines_is_one_span_for_the_tests_that_run_it() -> None:
+    source = (
+        "def f(db):\n"  # 1
+        "    db.execute(\n"  # 2
+        "        'SELECT x '\n"  # 3
+        "        'FROM t'\n"  # 4
+        "    )\n"  # 5
+        "    if db:\n"  # 6
+        "        return 1\n"  # 7
+    )
+    assert simple_statement_spans(source) == [(2, 5)]

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from core.messages import AssistantMessage, Text, Usage, UserMessage
-from storage.base import SchemaError
+from storage.base import Conversation, RunRecord, SchemaError
 from storage.sqlite import SqliteStore
+from tests.storage.test_batching import traced
 
 
 class Clock:
@@ -301,3 +302,167 @@ async def test_a_usage_summary_narrowed_by_several_filters_keeps_only_what_fits_
             T0, conversation_id=there.id, user_id="U1", channel_key="other"
         )
         assert (every.usage.input, every.runs, every.votes_up) == (100, 1, 1)
+
+
+async def test_usage_recorded_together_is_all_counted_and_an_unknown_run_refused_alone(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore.open(tmp_path / "o.db", clock=Clock(T0)) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        run = await store.start_run(conversation.id, model="m")
+        statements = await traced(store._writer)
+        results = await asyncio.gather(
+            *(store.record_usage(run.id, Usage(input=n, cost=0.5)) for n in range(1, 11)),
+            store.record_usage(run.id + 99, Usage(input=1000)),
+            return_exceptions=True,
+        )
+        assert results[:10] == [None] * 10 and isinstance(results[10], KeyError)
+        # one batch, answered without the retry a failed batch needs
+        assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
+        finished = await store.finish_run(run.id, "done")
+        assert finished.usage.input == 55 and finished.usage.cost == pytest.approx(5.0)
+
+
+async def accept(store: SqliteStore, key: str, text: str) -> tuple[int, int]:
+    accepted = await store.accept_delivery(
+        key, UserMessage(content=text), channel_key="c", delivery_id=None
+    )
+    assert accepted is not None
+    return accepted.conversation.id, accepted.item.id
+
+
+async def test_a_delivery_skips_settled_items_and_still_delivers_the_rest(tmp_path: Path) -> None:
+    async with SqliteStore.open(tmp_path / "p.db") as store:
+        cid, first = await accept(store, "k", "first")
+        _, second = await accept(store, "k", "second")
+        _, third = await accept(store, "k", "third")
+        await store.drop(cid, [first], "stopped")
+        delivered = await store.deliver(cid, [first, second, second, third])
+        assert [s.message.text() for s in delivered] == ["second", "third"]
+
+
+async def test_writes_made_together_are_one_batch_with_each_callers_own_answer(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore.open(tmp_path / "q.db") as store:
+        cid, first = await accept(store, "k", "first")
+        _, second = await accept(store, "k", "second")
+        other, elsewhere = await accept(store, "k2", "elsewhere")
+        await store.drop(cid, [first], "stopped")
+        statements = await traced(store._writer)
+
+        results = await asyncio.gather(
+            store.claim_delivery("alone"),  # runs at once; the others queue behind it
+            store.get_or_create_conversation("new", channel_key="c", title="made"),
+            store.get_or_create_conversation("k", channel_key="ignored"),
+            store.get_or_create_conversation("new", channel_key="c"),
+            store.deliver(cid, [elsewhere]),  # not this conversation's item
+            store.deliver(cid, [first, second]),
+            store.deliver(other, [elsewhere]),
+            return_exceptions=True,
+        )
+
+        made, existing, again = results[1:4]
+        assert isinstance(made, Conversation) and (made.key, made.title) == ("new", "made")
+        assert isinstance(existing, Conversation) and existing.id == cid
+        assert existing.channel_key == "c"
+        assert isinstance(again, Conversation) and again.id == made.id
+        assert isinstance(results[4], KeyError)
+        here, there = results[5], results[6]
+        assert isinstance(here, list) and [s.message.text() for s in here] == ["second"]
+        assert isinstance(there, list) and [s.message.text() for s in there] == ["elsewhere"]
+        # one transaction, answered without the retry a failed batch needs
+        assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
+
+
+async def test_finishing_an_unknown_run_names_it_alone_or_among_others(tmp_path: Path) -> None:
+    async with SqliteStore.open(tmp_path / "r.db") as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="c")
+        runs = [await store.start_run(conversation.id, model="m") for _ in range(3)]
+        with pytest.raises(KeyError) as alone:
+            await store.finish_run(4242, "done")
+        statements = await traced(store._writer)
+        results = await asyncio.gather(
+            *(store.finish_run(run.id, "done") for run in runs),
+            store.finish_run(4343, "error", error="x"),
+            return_exceptions=True,
+        )
+        assert [r.outcome for r in results[:3]] == ["done"] * 3  # type: ignore[union-attr]
+        among = results[3]
+        assert isinstance(among, KeyError)
+        assert (alone.value.args, among.args) == (
+            ("no run with id 4242",),
+            ("no run with id 4343",),
+        )
+        assert await store.running_runs() == []
+        # one transaction, answered without the retry a failed batch needs
+        assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
+
+
+async def test_runs_started_together_each_get_their_channel_and_their_refusal(
+    tmp_path: Path,
+) -> None:
+    async with SqliteStore.open(tmp_path / "s.db") as store:
+        cid, mine = await accept(store, "k", "mine")
+        _, yours = await accept(store, "k2", "yours")
+        statements = await traced(store._writer)
+        results = await asyncio.gather(
+            store.claim_delivery("alone"),  # runs at once; the others queue behind it
+            store.start_run(cid, model="m"),
+            store.start_run(cid, model="m", channel_key="elsewhere"),
+            store.start_run(cid, model="m", deliver=[yours]),  # not this conversation's item
+            store.start_run(cid, model="m", deliver=[mine]),
+            store.start_run(987654, model="m"),
+            return_exceptions=True,
+        )
+        plain, moved, refused, delivering, unknown = results[1:]
+        assert isinstance(plain, RunRecord) and plain.channel_key == "c"
+        assert isinstance(moved, RunRecord) and moved.channel_key == "elsewhere"
+        assert isinstance(refused, KeyError) and isinstance(unknown, KeyError)
+        assert isinstance(delivering, RunRecord) and delivering.conversation_key == "k"
+        assert sorted(r.id for r in await store.running_runs()) == sorted(
+            [plain.id, moved.id, delivering.id]
+        )
+        assert [s.message.text() for s in (await store.load(cid)).messages] == ["mine"]
+        assert statements.count("BEGIN IMMEDIATE") == 1 and "ROLLBACK" not in statements
+
+
+async def test_a_conversation_keeps_when_it_was_made_and_tells_when_it_changed(
+    tmp_path: Path,
+) -> None:
+    clock = Clock(T0)
+    async with SqliteStore.open(tmp_path / "t.db", clock=clock) as store:
+        made = await store.get_or_create_conversation("k", channel_key="c")
+        assert (made.created_at, made.updated_at) == (T0, T0)
+        clock.now = T0 + 60
+        await store.update_conversation(made.id, title="renamed")
+        found = await store.get_conversation("k")
+        assert found is not None and (found.created_at, found.updated_at) == (T0, T0 + 60)
+        [listed] = await store.channel_conversations("c", limit=5)
+        assert (listed.created_at, listed.updated_at) == (T0, T0 + 60)
+
+
+async def test_a_run_read_back_is_the_run_that_was_started(tmp_path: Path) -> None:
+    clock = Clock(T0)
+    async with SqliteStore.open(tmp_path / "u.db", clock=clock) as store:
+        conversation = await store.get_or_create_conversation("k", channel_key="chan")
+        started = await store.start_run(
+            conversation.id, user_id="U7", model="m", surface_ref={"ts": "1.2"}
+        )
+        [running] = await store.running_runs()
+        clock.now = T0 + 3
+        finished = await store.finish_run(started.id, "done")
+        for run in (running, finished):
+            assert (run.id, run.conversation_id, run.conversation_key) == (
+                started.id,
+                conversation.id,
+                "k",
+            )
+            assert (run.started_at, run.user_id, run.channel_key, run.model) == (
+                T0,
+                "U7",
+                "chan",
+                "m",
+            )
+            assert run.surface_ref == {"ts": "1.2"}
+        assert (finished.outcome, finished.finished_at) == ("done", T0 + 3)
