@@ -73,6 +73,7 @@ def make_op(opened: asyncio.Event) -> Op[Connection, int, int]:
     async def lone(db: Connection, n: int) -> int:
         db.statements.append(f"lone {n}")
         await opened.wait()
+        db.statements.append(f"lone {n} answered")
         return n * 2
 
     async def many(db: Connection, ns: list[int]) -> list[int | Exception]:
@@ -98,7 +99,14 @@ async def test_lanes_run_at_once_and_calls_behind_them_form_one_statement_withou
     assert await asyncio.gather(*tasks) == [2, 4, 6, 8, 10, 12]
     await batcher.drain()
     statements = sorted(s for c in pool.idle for s in c.statements)
-    assert statements == ["lone 1", "lone 2", "many [3, 4, 5, 6]"]  # no BEGIN, no COMMIT
+    # No BEGIN, no COMMIT.
+    assert statements == [
+        "lone 1",
+        "lone 1 answered",
+        "lone 2",
+        "lone 2 answered",
+        "many [3, 4, 5, 6]",
+    ]
     assert pool.most_in_use == 2
 
 
@@ -118,6 +126,7 @@ async def test_a_failed_one_statement_batch_is_retried_with_a_savepoint_per_call
     (connection,) = pool.idle
     assert connection.statements == [
         "lone 1",
+        "lone 1 answered",
         "many [2, -3, 4]",
         "BEGIN",
         *["SAVEPOINT", "one 2", "RELEASE"],
@@ -125,3 +134,23 @@ async def test_a_failed_one_statement_batch_is_retried_with_a_savepoint_per_call
         *["SAVEPOINT", "one 4", "RELEASE"],
         "COMMIT",
     ]
+
+
+async def test_a_pooled_lone_call_whose_caller_gives_up_still_runs_whole() -> None:
+    # Cut mid-statement, a pooled connection would be in an unknown state (the pool drops it).
+    pool = Pool(1)
+    opened = asyncio.Event()
+    batcher = Batcher.pooled(pool, Transactions(), lanes=1)
+    caller = asyncio.ensure_future(batcher.submit(make_op(opened), 5))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert pool.in_use == 1
+    caller.cancel()
+    await asyncio.sleep(0)
+    opened.set()
+
+    await batcher.drain()
+
+    assert caller.cancelled()
+    (connection,) = pool.idle
+    assert connection.statements == ["lone 5", "lone 5 answered"]
