@@ -163,9 +163,21 @@ class SlackListeners:
         """Write the event down, then schedule its work; the ack follows this return. If it
         cannot be written in time this raises: bolt answers 500 and Slack delivers it again."""
         entry = None
-        if self._journal is not None:
+        if self._journal is not None and self._may_matter(body):
             entry = await asyncio.wait_for(self._journal.record(kind, body), JOURNAL_MAX_WAIT_S)
         self._spawn(self._then_done(entry, kind, body), _task_name(body))
+
+    def _may_matter(self, body: dict[str, Any]) -> bool:
+        """False for an event ignored even if every thread were Teammate's (its own posts,
+        edits, joins, other bots): nothing to lose, so nothing to write down."""
+        identity = self._identity
+        parsed = parse_event(
+            body,
+            bot_user_id=identity.user_id,
+            bot_id=identity.bot_id,
+            known_thread=lambda _key: True,
+        )
+        return not isinstance(parsed, Ignored)
 
     def replay(self, replay: Replay) -> None:
         """An event a crashed process acknowledged and had not handed over: handle it now."""

@@ -425,7 +425,8 @@ class CrashRig:
         channel = f"C{n:04d}"
         alive = [i for i in self.instances if i.alive]
         victim = rng.choice(alive)
-        index = {"stream": rng.randrange(1, 8), "final_stream": rng.randrange(1, FINAL_WORDS)}
+        # (the first reply streams in 14 events, the final one in 22)
+        index = {"stream": rng.randrange(1, 8), "final_stream": rng.randrange(1, 16)}
         method, after = rng.choice(POSTING), rng.random() < 0.5
         if phase == "posting" and self.posting is not None:
             method, after = self.posting
