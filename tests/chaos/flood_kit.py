@@ -59,6 +59,7 @@ class FloodResult:
     deliveries: int  # events delivered, repeats included
     answered_once: int
     missing: int
+    lost_after_ack: int  # missing although the app acknowledged it: must be 0
     duplicated: int
     out_of_order_threads: int  # answered in another order than accepted
     reordered_threads: int  # accepted in another order than sent (the ack comes first)
@@ -72,6 +73,7 @@ class FloodResult:
             "flood_deliveries": float(self.deliveries),
             "flood_answered_once": float(self.answered_once),
             "flood_missing": float(self.missing),
+            "flood_lost_after_ack": float(self.lost_after_ack),
             "flood_duplicated": float(self.duplicated),
             "flood_out_of_order_threads": float(self.out_of_order_threads),
             "flood_reordered_threads": float(self.reordered_threads),
@@ -128,10 +130,11 @@ async def flood(
         statuses: dict[int, int] = {}
         deliveries = 0
         roots: dict[int, tuple[str, str]] = {}  # thread -> (channel, root ts)
+        acknowledged: set[str] = set()  # messages the app acknowledged at least once
         connector = aiohttp.TCPConnector(limit=64)
         async with aiohttp.ClientSession(connector=connector) as session:
 
-            async def deliver(payload: dict[str, Any], retry: int | None = None) -> None:
+            async def deliver(payload: dict[str, Any], retry: int | None = None) -> bool:
                 """One delivery as Slack makes it: an event not acknowledged with a 2xx is
                 sent again (Slack retries three times, at once, after 1 and 5 minutes; here
                 after 1, 4 and 16 s)."""
@@ -142,10 +145,12 @@ async def flood(
                         url, payload, SIGNING_SECRET, retry_num=retry, session=session
                     )
                     statuses[response.status] = statuses.get(response.status, 0) + 1
-                    if response.status == 200 or attempt == SLACK_RETRIES:
-                        return
-                    await asyncio.sleep(4.0**attempt)
-                    retry = (retry or 0) + 1
+                    if response.status == 200:
+                        return True
+                    if attempt < SLACK_RETRIES:
+                        await asyncio.sleep(4.0**attempt)
+                        retry = (retry or 0) + 1
+                return False
 
             async def one_thread(t: int) -> None:
                 channel = f"C{t % channels:04d}"
@@ -171,12 +176,15 @@ async def flood(
                     if root is not None:
                         event["thread_ts"] = root[1]
                     payload = slack.event_callback(event)
-                    await deliver(payload)
+                    if await deliver(payload):
+                        acknowledged.add(f"{t}-{m}")
                     if (t * per_thread + m) % 10 == 3:  # Slack retries the same event
-                        await deliver(payload, retry=1)
+                        if await deliver(payload, retry=1):
+                            acknowledged.add(f"{t}-{m}")
                     elif (t * per_thread + m) % 10 == 7:  # the same post as `message`
                         twin = event | {"type": "message", "channel_type": "channel"}
-                        await deliver(slack.event_callback(twin))
+                        if await deliver(slack.event_callback(twin)):
+                            acknowledged.add(f"{t}-{m}")
                     await asyncio.sleep(gap)
 
             started = time.monotonic()
@@ -212,6 +220,9 @@ async def flood(
             deliveries=deliveries,
             answered_once=sum(1 for token in expected if answered.get(token) == 1),
             missing=sum(1 for token in expected if token not in answered),
+            lost_after_ack=sum(
+                1 for token in expected if token not in answered and token in acknowledged
+            ),
             duplicated=sum(1 for token in expected if answered.get(token, 0) > 1),
             out_of_order_threads=out_of_order,
             reordered_threads=reordered,
