@@ -5,8 +5,10 @@ with an echo model, then a check of what people saw.
 Each thread's messages are sent in order (each after the previous one was acknowledged, as
 Slack does for one thread); threads go in parallel, paced to spread `events` over `seconds`.
 A tenth of the messages is delivered twice: Slack's retry of the same event, or the same post
-as both `app_mention` and `message`. The model answers `re tok:<id>` for every `tok:<id>` said
-since it last spoke, so every answer names the messages it answers.
+as both `app_mention` and `message`. An event the app does not acknowledge with a 2xx is sent
+again, as Slack does (up to three times); `flood_not_acknowledged` counts those answers. The
+model answers `re tok:<id>` for every `tok:<id>` said since it last spoke, so every answer
+names the messages it answers.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tests.chaos.fault_kit import SIGNING_SECRET, fake_slack
 from tests.fakes.slack_server import FakeSlack, signed_request
 
 log = logging.getLogger(__name__)
+SLACK_RETRIES = 3
 TOKEN = re.compile(r"tok:(\d+-\d+)")
 ANSWERED = re.compile(r"re tok:(\d+-\d+)")
 
@@ -56,6 +59,7 @@ class FloodResult:
     deliveries: int  # events delivered, repeats included
     answered_once: int
     missing: int
+    lost_after_ack: int  # missing although the app acknowledged it: must be 0
     duplicated: int
     out_of_order_threads: int  # answered in another order than accepted
     reordered_threads: int  # accepted in another order than sent (the ack comes first)
@@ -69,9 +73,11 @@ class FloodResult:
             "flood_deliveries": float(self.deliveries),
             "flood_answered_once": float(self.answered_once),
             "flood_missing": float(self.missing),
+            "flood_lost_after_ack": float(self.lost_after_ack),
             "flood_duplicated": float(self.duplicated),
             "flood_out_of_order_threads": float(self.out_of_order_threads),
             "flood_reordered_threads": float(self.reordered_threads),
+            "flood_not_acknowledged": float(sum(n for s, n in self.statuses.items() if s != 200)),
             "flood_seconds": round(self.seconds, 2),
             "flood_peak_rss_mb": round(self.peak_rss_mb, 1),
         }
@@ -124,16 +130,27 @@ async def flood(
         statuses: dict[int, int] = {}
         deliveries = 0
         roots: dict[int, tuple[str, str]] = {}  # thread -> (channel, root ts)
+        acknowledged: set[str] = set()  # messages the app acknowledged at least once
         connector = aiohttp.TCPConnector(limit=64)
         async with aiohttp.ClientSession(connector=connector) as session:
 
-            async def deliver(payload: dict[str, Any], retry: int | None = None) -> None:
+            async def deliver(payload: dict[str, Any], retry: int | None = None) -> bool:
+                """One delivery as Slack makes it: an event not acknowledged with a 2xx is
+                sent again (Slack retries three times, at once, after 1 and 5 minutes; here
+                after 1, 4 and 16 s)."""
                 nonlocal deliveries
                 deliveries += 1
-                response = await signed_request(
-                    url, payload, SIGNING_SECRET, retry_num=retry, session=session
-                )
-                statuses[response.status] = statuses.get(response.status, 0) + 1
+                for attempt in range(SLACK_RETRIES + 1):
+                    response = await signed_request(
+                        url, payload, SIGNING_SECRET, retry_num=retry, session=session
+                    )
+                    statuses[response.status] = statuses.get(response.status, 0) + 1
+                    if response.status == 200:
+                        return True
+                    if attempt < SLACK_RETRIES:
+                        await asyncio.sleep(4.0**attempt)
+                        retry = (retry or 0) + 1
+                return False
 
             async def one_thread(t: int) -> None:
                 channel = f"C{t % channels:04d}"
@@ -159,12 +176,15 @@ async def flood(
                     if root is not None:
                         event["thread_ts"] = root[1]
                     payload = slack.event_callback(event)
-                    await deliver(payload)
+                    if await deliver(payload):
+                        acknowledged.add(f"{t}-{m}")
                     if (t * per_thread + m) % 10 == 3:  # Slack retries the same event
-                        await deliver(payload, retry=1)
+                        if await deliver(payload, retry=1):
+                            acknowledged.add(f"{t}-{m}")
                     elif (t * per_thread + m) % 10 == 7:  # the same post as `message`
                         twin = event | {"type": "message", "channel_type": "channel"}
-                        await deliver(slack.event_callback(twin))
+                        if await deliver(slack.event_callback(twin)):
+                            acknowledged.add(f"{t}-{m}")
                     await asyncio.sleep(gap)
 
             started = time.monotonic()
@@ -200,6 +220,9 @@ async def flood(
             deliveries=deliveries,
             answered_once=sum(1 for token in expected if answered.get(token) == 1),
             missing=sum(1 for token in expected if token not in answered),
+            lost_after_ack=sum(
+                1 for token in expected if token not in answered and token in acknowledged
+            ),
             duplicated=sum(1 for token in expected if answered.get(token, 0) > 1),
             out_of_order_threads=out_of_order,
             reordered_threads=reordered,
