@@ -3,7 +3,8 @@
 Owns: opening the store under the data directory, the model factory (`create_model` with the
 configured key, base URL, thinking and output limit), the per-channel toolset factory, the
 `ConversationRunner`, logging (to a file in the data directory, secrets redacted), and `open_app`,
-the async context manager that owns the lifetimes of the store, the runner and the models.
+the async context manager that owns the lifetimes of the store, the runner, the models and
+the MCP servers (`tools.mcp.McpHub`: started only when a channel's run needs them).
 
 Must not: render anything (surfaces do), or read the environment itself (settings do).
 """
@@ -11,6 +12,7 @@ Must not: render anything (surfaces do), or read the environment itself (setting
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -23,6 +25,8 @@ from bots.errors import install_redaction
 from bots.memory import ChannelMemory
 from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
+from bots.scheduler import Scheduler
+from bots.schedules import Schedules
 from bots.settings import Settings, SettingsError
 from bots.surface import SurfaceFactory
 from core.models.base import Model
@@ -130,6 +134,7 @@ class App:
     models: ModelFactory
     mcp: McpHub
     memory: ChannelMemory | None = None
+    scheduler: Scheduler | None = None
 
 
 def setup_logging(settings: Settings, *, stderr: TextIO | None = None) -> Path | None:
@@ -177,7 +182,7 @@ async def open_store(settings: Settings) -> ConversationStore:
                 f"TEAMMATE_DATABASE_URL: {redact_url(url)} is not a postgresql:// URL"
             )
         try:
-            return await PostgresStore.open(url)
+            return await PostgresStore.open(url, lease_ttl_s=settings.instance_lease_s)
         except Exception as exc:
             raise SettingsError(
                 f"the database {redact_url(url)} cannot be opened: "
@@ -195,6 +200,19 @@ def _without(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, "***")
     return text
+
+
+def _require_writable(data_dir: Path) -> None:
+    """The data directory holds the database and the log: refuse a read-only one at start
+    with one line, rather than failing on the first message."""
+    try:
+        read_only = bool(os.statvfs(data_dir).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        raise SettingsError(f"TEAMMATE_DATA_DIR: {data_dir} is on a read-only file system")
+    if not os.access(data_dir, os.W_OK):
+        raise SettingsError(f"TEAMMATE_DATA_DIR: {data_dir} is not writable by this user")
 
 
 @asynccontextmanager
@@ -215,11 +233,14 @@ async def open_app(
         raise SettingsError(
             f"TEAMMATE_DATA_DIR: cannot create {settings.data_dir}: {exc.strerror}"
         ) from None
+    _require_writable(settings.data_dir)
     store = await open_store(settings)
     models = ModelFactory(settings)
     mcp = mcp_hub(settings)
     toolsets = toolset_factory(settings, mcp)
     memory = ChannelMemory(store, settings.memory, settings.secrets())
+    # Schedules post to chat platforms: offered in the channels of the platforms served here.
+    platforms = [] if isinstance(platform_rules, str) else list(platform_rules)
     runner = ConversationRunner(
         store=store,
         settings=settings,
@@ -227,13 +248,17 @@ async def open_app(
         toolset_factory=toolsets,
         platform_rules=platform_rules,
         surfaces=surfaces,
-        channel_tools=channel_tools_factory(settings, memory),
+        channel_tools=channel_tools_factory(
+            settings, memory, Schedules(store, settings), platforms
+        ),
     )
-    app = App(settings=settings, store=store, runner=runner, models=models, mcp=mcp, memory=memory)
+    scheduler = Scheduler(runner, settings)
+    app = App(settings, store, runner, models, mcp=mcp, memory=memory, scheduler=scheduler)
     try:
         yield app
     finally:
         try:
+            await scheduler.close()
             await runner.close()
         finally:
             await mcp.aclose()

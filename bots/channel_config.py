@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bots.settings import ChannelConfig, Settings
 from core.models.catalog import ANTHROPIC_MODELS, anthropic_model_spec
@@ -37,10 +38,17 @@ class ConfigChange:
     model: str | None = None
     tools: str | None = None
     reset: bool = False
+    timezone: str | None = None  # an IANA name, or "default"
 
     @property
     def empty(self) -> bool:
-        return not self.reset and self.prompt is None and self.model is None and self.tools is None
+        return (
+            not self.reset
+            and self.prompt is None
+            and self.model is None
+            and self.tools is None
+            and self.timezone is None
+        )
 
 
 @dataclass(slots=True, frozen=True)
@@ -50,6 +58,7 @@ class ConfigView:
     model: str
     prompt: str
     tools: str
+    timezone: str = ""
 
 
 def allowed_tools(settings: Settings, channel_key: str) -> list[str]:
@@ -77,7 +86,18 @@ def apply_change(
         problem, changed = _with_tools(settings, channel_key, changed, change.tools.strip())
         if problem:
             return problem, stored
+    if change.timezone is not None:
+        problem, changed = _with_timezone(changed, change.timezone.strip())
+        if problem:
+            return problem, stored
     return "", changed
+
+
+def channel_timezone(settings: Settings, channel_key: str, stored: ChannelConfig) -> str:
+    """The channel's time zone for scheduled work: set here, else the file's."""
+    if stored.timezone is not None and _known_zone(stored.timezone):
+        return stored.timezone
+    return settings.timezone_for(channel_key)
 
 
 def describe(settings: Settings, channel_key: str, stored: ChannelConfig) -> ConfigView:
@@ -98,7 +118,11 @@ def describe(settings: Settings, channel_key: str, stored: ChannelConfig) -> Con
         tools = f"{', '.join(kept) or 'none'} (set here)"
     else:
         tools = f"{', '.join(allowed) or 'none'} (configuration file)"
-    return ConfigView(model=model, prompt=prompt, tools=tools)
+    if stored.timezone is not None:
+        timezone = f"{channel_timezone(settings, channel_key, stored)} (set here)"
+    else:
+        timezone = f"{settings.timezone_for(channel_key)} (configuration file)"
+    return ConfigView(model=model, prompt=prompt, tools=tools, timezone=timezone)
 
 
 class ChannelConfigs:
@@ -188,6 +212,28 @@ def _with_tools(
             stored,
         )
     return "", stored.model_copy(update={"tools": tuple(dict.fromkeys(names))})
+
+
+def _with_timezone(stored: ChannelConfig, value: str) -> tuple[str, ChannelConfig]:
+    if not value:
+        return "Name the time zone, e.g. `Europe/Berlin` (or `default`).", stored
+    if value.lower() == "default":
+        return "", stored.model_copy(update={"timezone": None})
+    if len(value) > 64 or not _known_zone(value):
+        return (
+            f"I don't know the time zone `{_short(value, 64)}`; use an IANA name such as "
+            "`Europe/Berlin`, `America/New_York` or `UTC`.",
+            stored,
+        )
+    return "", stored.model_copy(update={"timezone": value})
+
+
+def _known_zone(name: str) -> bool:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
 
 
 def _quote(text: str) -> str:

@@ -23,6 +23,7 @@ import aiohttp
 import discord
 
 from bots.runner import ConversationRunner
+from bots.scheduler import StartedThread
 from bots.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,13 @@ class DiscordPlatform:
         user = bot.user
         assert user is not None
         return DiscordIdentity(name=user.name, user_id=str(user.id))
+
+    async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
+        """Scheduled work (`bots.scheduler.ThreadStarter`), through the running bot."""
+        if self._bot is None:
+            raise RuntimeError("Discord is not connected")
+        started: StartedThread = await self._bot.start_thread(channel_key, text, for_user=for_user)
+        return started
 
     async def shutdown(self, *, grace_s: float) -> None:
         """No new work; answers in progress get `grace_s`; then the gateway and the REST

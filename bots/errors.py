@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets as _secrets
+import sqlite3
 from collections.abc import Iterable
 
 from core.messages import AssistantMessage
@@ -46,6 +47,39 @@ def new_reference() -> str:
 
 def unexpected_failure_text(reference: str) -> str:
     return f"Something went wrong on my side (reference {reference}). The team can look it up."
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """Whether `exc` says the database or its disk failed (locked, full, read-only, gone),
+    as opposed to a bug: then people are told what is wrong, not just a reference."""
+    if isinstance(exc, sqlite3.Error | OSError):  # OSError covers a lost connection
+        return True
+    return type(exc).__module__.split(".", 1)[0] == "asyncpg"
+
+
+def _storage_detail(exc: BaseException) -> str:
+    said = str(exc).lower()
+    if "full" in said or "no space" in said:
+        return "the disk is full"
+    if "locked" in said or "busy" in said:
+        return "the database is locked by another program"
+    if "readonly" in said or "read-only" in said:
+        return "the database is read-only"
+    return "the database is unavailable"
+
+
+def storage_failure_text(exc: BaseException, reference: str, *, accepting: bool) -> str:
+    """What people see when the database fails: what is wrong and what to do."""
+    detail = _storage_detail(exc)
+    if accepting:
+        return (
+            f"I couldn't save your message ({detail}; reference {reference}), so I can't "
+            "answer it. Please send it again in a minute."
+        )
+    return (
+        f"I couldn't save this answer ({detail}; reference {reference}). What was said "
+        "before is kept; ask again in a minute."
+    )
 
 
 class RedactSecrets(logging.Filter):

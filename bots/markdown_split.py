@@ -129,4 +129,10 @@ def split_markdown(text: str, limit: int) -> list[str]:
         remaining = block[count:]
         while carried_opener is None and remaining and not remaining[0].strip():
             remaining = remaining[1:]
-    return [part for part in parts if part.strip()]
+    return [piece for part in parts if part.strip() for piece in _hard_cut(part, limit)]
+
+
+def _hard_cut(part: str, limit: int) -> list[str]:
+    """The limit is a platform's: a part over it (a fence opener or marker so long that
+    reopening it leaves no room) is cut plainly rather than refused or truncated."""
+    return [part[start : start + limit] for start in range(0, len(part), limit)]

@@ -26,7 +26,14 @@ from bots import compaction
 from bots.access import access_refusal
 from bots.attachments import files_out, user_message
 from bots.budgets import budget_refusal
-from bots.errors import describe_model_error, new_reference, unexpected_failure_text
+from bots.errors import (
+    describe_model_error,
+    is_storage_failure,
+    new_reference,
+    storage_failure_text,
+    unexpected_failure_text,
+)
+from bots.fairness import RunSlots
 from bots.inbox import ConversationState, Queued, RunState, Unseen
 from bots.incoming import Incoming
 from bots.memory import memory_block
@@ -71,8 +78,15 @@ StopResult: TypeAlias = Literal["stopped", "stale", "idle"]
 DELIVERY_MEMORY_S = 7 * 24 * 3600
 QUEUED_TEXT = "Got it. I'm still working on an earlier message here; I'll read this one next."
 DELIVERED_TEXT = "I've read this and I'm taking it into account."
+OVERSIZED_TEXT = (
+    "This message is too long for the model (about {tokens:,} tokens; it reads at most about "
+    "{room:,} at once), so I haven't read it. Send a shorter message, or attach the text as "
+    "a file and ask about it."
+)
 STALE_STOP_TEXT = "That answer has already finished; nothing was stopped."
 LEASE_LOST_TEXT = "Another Teammate instance took over this conversation."
+# How long a run's end may take to show before the run is closed in the store anyway.
+FINAL_SHOWN_WAIT_S = 30.0
 # Several instances: how often each looks for conversations a dead instance left behind.
 TAKEOVER_SWEEP_S = 15.0
 
@@ -113,6 +127,11 @@ class ConversationRunner:
         self._instances = coordination_of(store)
         self._background: set[asyncio.Task[None]] = set()
         self._listening = False
+        self._slots = RunSlots(
+            total=settings.max_concurrent_runs,
+            per_channel=settings.max_runs_per_channel,
+            per_user=settings.max_runs_per_user,
+        )
 
     # -- the public face -------------------------------------------------------------------
 
@@ -149,6 +168,19 @@ class ConversationRunner:
             # The caller gave up, but the store may still commit: a message it accepted is
             # queued all the same (a platform's retry of it is then a duplicate).
             accepting.add_done_callback(lambda done: self._accepted_late(done, surface))
+            raise
+        except Exception as exc:
+            # Not stored, so not answered: the sender is told so, never left in silence.
+            reference = new_reference()
+            log.exception("could not accept a message in %s (reference %s)", key, reference)
+            if is_storage_failure(exc):
+                text = storage_failure_text(exc, reference, accepting=True)
+            else:
+                text = unexpected_failure_text(reference)
+            feed = self._feed(key, surface)
+            feed.put(Notice(text, "error", audience=incoming.author))
+            feed.close()
+            await feed.wait()
             raise
         if accepted is None:
             log.info("duplicate delivery %s dropped", incoming.delivery_id)
@@ -325,20 +357,30 @@ class ConversationRunner:
                 continue
             loaded = await self.store.load(run.conversation_id)
             messages = [stored.message for stored in loaded.messages]
-            for call_id, name in unanswered_tool_calls(messages):
-                await self.store.append_message(
-                    run.conversation_id, interrupted_result(call_id, name), run_id=run.id
+            answer = _final_answer(messages)
+            if answer is not None:
+                # It had answered (its reply is the last thing in history) and died showing
+                # it: closed as done, and its answer shown where it was being shown.
+                record = await self.store.finish_run(run.id, "done")
+                final_text, error_text = answer.text(), None
+            else:
+                for call_id, name in unanswered_tool_calls(messages):
+                    await self.store.append_message(
+                        run.conversation_id, interrupted_result(call_id, name), run_id=run.id
+                    )
+                record = await self.store.finish_run(
+                    run.id, "interrupted", error="interrupted by a restart"
                 )
-            record = await self.store.finish_run(
-                run.id, "interrupted", error="interrupted by a restart"
-            )
+                final_text, error_text = "", INTERRUPTED_TEXT
             recovered.append(record)
             surface = self._surface_for(run.conversation_key, run.surface_ref)
             if surface is not None:
                 feed = self._feed(run.conversation_key, surface, run_id=run.id)
-                feed.put(self._finished(record, "", INTERRUPTED_TEXT))
+                feed.put(self._finished(record, final_text, error_text))
                 feed.close()
-            log.warning("run %s in %s was interrupted; repaired", run.id, run.conversation_key)
+            log.warning(
+                "run %s in %s was %s; repaired", run.id, run.conversation_key, record.outcome
+            )
         for conversation_id in await self.store.pending_conversations():
             if conversation_id in busy:
                 continue
@@ -414,7 +456,7 @@ class ConversationRunner:
     async def _sweep(self) -> None:
         """Take over what dead instances left: their runs and unanswered messages."""
         while not self._closing:
-            await asyncio.sleep(TAKEOVER_SWEEP_S)
+            await asyncio.sleep(min(TAKEOVER_SWEEP_S, self.settings.instance_lease_s / 2))
             try:
                 await self.recover()
             except Exception:
@@ -463,7 +505,11 @@ class ConversationRunner:
                     # accepted from now on starts a new driver.
                     del self._active[key]
                     break
-                await self._guarded_run(state, list(state.inbox.values()))
+                lead = next(iter(state.inbox.values())).author
+                lead_id = lead.id if lead is not None else None
+                async with self._slots.slot(state.conversation.channel_key, lead_id):
+                    if state.inbox and not self._closing:  # (a stop may have emptied it)
+                        await self._guarded_run(state, list(state.inbox.values()))
         except Exception:
             # Messages not yet delivered stay pending in the store; `recover()` answers them.
             log.exception("the driver of %s failed", key)
@@ -502,9 +548,14 @@ class ConversationRunner:
         state.run = run
         try:
             await self._run(state, run, batch)
-        except Exception:
+        except Exception as exc:
             reference = new_reference()
             log.exception("run in %s failed (reference %s)", key, reference)
+            error_text = (
+                storage_failure_text(exc, reference, accepting=False)
+                if is_storage_failure(exc)
+                else unexpected_failure_text(reference)
+            )
             usage = Usage()
             if run.id is not None:
                 try:
@@ -520,7 +571,7 @@ class ConversationRunner:
                 outcome="error",
                 usage=usage,
                 final_text="",
-                error_text=unexpected_failure_text(reference),
+                error_text=error_text,
                 reference=reference,
             )
             run.feed.put(finished)
@@ -539,6 +590,9 @@ class ConversationRunner:
             await self.store.get_channel_config(conversation.channel_key)
         )
         model = self._model(overrides.model or self.settings.model_for(conversation.channel_key))
+        batch = await self._refuse_oversized(state, run, batch, model)
+        if not batch:
+            return
         record = await self.store.start_run(
             conversation.id,
             user_id=author.id if author else None,
@@ -583,6 +637,7 @@ class ConversationRunner:
         )
 
         overflow_retried = False
+        usage = Usage()  # what this run's replies cost (the store totals the same on finish)
         while True:
             control = run.new_control()
             run.accepting = True
@@ -595,6 +650,9 @@ class ConversationRunner:
                 end = await self._stream_run(context, model, state, run, control, config)
             finally:
                 run.accepting = False
+            for added in end.messages:
+                if isinstance(added, AssistantMessage):
+                    usage = usage + added.usage
             last = _last_assistant(end.messages)
             overflowed = (
                 end.reason == "error" and last is not None and last.error_kind == "context_overflow"
@@ -620,9 +678,18 @@ class ConversationRunner:
             outcome, error_text = "error", describe_model_error(last, end.error_message)
         if state.dropping:
             await self._drop(state, run.feed)
-        record = await self.store.finish_run(run.id, outcome, error=end.error_message)
         final_text = last.text() if last is not None else ""
-        run.feed.put(self._finished(record, final_text, error_text))
+        run.feed.put(RunFinished(conversation.key, run.id, outcome, usage, final_text, error_text))
+        # The end is shown before the run is closed in the store: killed in between, the run
+        # is still "running" at the next start and `recover()` shows its end there (else it
+        # would be closed and never shown). Bounded: a platform that is down delays only this
+        # conversation's next run, by at most this long.
+        run.feed.close()
+        try:
+            await asyncio.wait_for(run.feed.wait(), FINAL_SHOWN_WAIT_S)
+        except TimeoutError:
+            log.warning("the end of run %s is not shown yet; closing it anyway", run.id)
+        await self.store.finish_run(run.id, outcome, error=end.error_message)
 
     async def _stream_run(
         self,
@@ -695,6 +762,29 @@ class ConversationRunner:
                 queued.feed.put(Notice(text, "warning", audience=queued.author))
                 queued.feed.close()
 
+    async def _refuse_oversized(
+        self, state: ConversationState, run: RunState, batch: list[Queued], model: Model
+    ) -> list[Queued]:
+        """Drop, with a clear note, each message that alone would not fit the model's context
+        (a cheap estimate, before any model call): stored, it would fail every later run of
+        the thread. Returns the rest of the batch."""
+        room = model.info.context_window - self.settings.compaction.reserve_tokens
+        room = max(room, model.info.context_window // 2)
+        sizes = {q.item.id: compaction.estimate_tokens(q.item.message) for q in batch}
+        oversized = [q for q in batch if sizes[q.item.id] > room]
+        if not oversized:
+            return batch
+        await self.store.drop(
+            state.conversation.id, [q.item.id for q in oversized], "too long for the model"
+        )
+        for queued in oversized:
+            text = OVERSIZED_TEXT.format(tokens=sizes[queued.item.id], room=room)
+            feed = queued.feed or run.feed
+            feed.put(Notice(text, "warning", audience=queued.author))
+            if feed is not run.feed:
+                feed.close()
+        return [q for q in batch if q not in oversized]
+
     def _acknowledge(self, queued: Queued, text: str) -> None:
         if queued.feed is not None:
             queued.feed.put(Notice(text, "info", audience=queued.author))
@@ -762,6 +852,20 @@ class ConversationRunner:
             final_text=final_text,
             error_text=error_text,
         )
+
+
+def _final_answer(messages: list[Message]) -> AssistantMessage | None:
+    """The reply that ended a run, if history ends with one: no tool call left, no error."""
+    last = messages[-1] if messages else None
+    if (
+        isinstance(last, AssistantMessage)
+        and last.stop_reason == "stop"
+        and last.error_kind is None
+        and not last.tool_calls()
+        and last.text().strip()
+    ):
+        return last
+    return None
 
 
 def _last_assistant(messages: list[Message]) -> AssistantMessage | None:

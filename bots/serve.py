@@ -162,6 +162,13 @@ async def serve(
                 # Recovery once every platform has started: interrupted runs are reported
                 # where they were shown, on whichever platform that was.
                 await app.runner.recover()
+                # Scheduled work, posted to whichever platforms run here (bots.scheduler).
+                if app.scheduler is not None:
+                    if bot is not None:
+                        app.scheduler.add_platform("slack", bot.surfaces)
+                    if discord is not None:
+                        app.scheduler.add_platform("discord", discord)
+                    app.scheduler.start()
                 if bot is not None and identity is not None:
                     if plan.slack == "socket":
                         await bot.connect_socket_mode()
@@ -181,6 +188,8 @@ async def serve(
             if ready is not None:
                 ready(where or "Discord")
             await stop.wait()
+            if app.scheduler is not None:
+                await app.scheduler.close()  # no new scheduled work while stopping
             err.write(
                 f"teammate: stopping: no new events; answers in progress get {grace_s:g} s "
                 "to finish…\n"

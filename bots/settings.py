@@ -34,10 +34,15 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings import SettingsError as EnvSourceError
 
 from core.models.catalog import DEFAULT_MODEL
 from tools.mcp_config import McpSettings
 from tools.toolset import ToolsConfig
+
+# Bounds on what a configuration file may say (a prompt is sent with every model call).
+MAX_PROMPT_CHARS = 100_000
+MAX_MODEL_ID_CHARS = 200
 
 
 class SettingsError(Exception):
@@ -60,8 +65,8 @@ class ChannelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    system_prompt: str = ""  # added to the base system prompt
-    model: str | None = None
+    system_prompt: str = Field(default="", max_length=MAX_PROMPT_CHARS)  # added to the base
+    model: str | None = Field(default=None, max_length=MAX_MODEL_ID_CHARS)
     tools: ToolsConfig | None = None  # replaces the default toolset when given
     # Replies in a thread Teammate is part of continue it without a new mention (None: the
     # platform's default, e.g. `[slack] follow_ups`).
@@ -98,6 +103,8 @@ class ChannelConfig(BaseModel):
     system_prompt: str | None = Field(default=None, max_length=4000)
     model: str | None = Field(default=None, max_length=200)
     tools: tuple[str, ...] | None = None
+    # For scheduled work; checked when set (a zone unknown later falls back to the file's).
+    timezone: str | None = Field(default=None, max_length=64)
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any] | None) -> ChannelConfig:
@@ -238,14 +245,24 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     # `postgresql://...`: several instances share that database; unset: SQLite in data_dir.
     database_url: SecretStr | None = None
-    model: str = DEFAULT_MODEL
+    # Several instances: how long a conversation's lease outlives a dead instance (its runs
+    # are taken over after this; the survivors look every half of it, at most every 15 s).
+    instance_lease_s: float = Field(default=30.0, ge=1.0, le=600.0)
+    model: str = Field(default=DEFAULT_MODEL, max_length=MAX_MODEL_ID_CHARS)
     thinking: Literal["off", "adaptive"] = "adaptive"
     max_output_tokens: int | None = Field(default=None, gt=0)
     max_turns: int = Field(default=50, ge=1, le=500)
     # A model stream silent this long (no byte, not even a ping) is cut and retried: a stuck
     # upstream must not hold a conversation for the SDK's ten minutes.
     model_idle_timeout_s: float = Field(default=90.0, gt=0, le=3600)
-    system_prompt: str = ""  # added to the base prompt in every channel
+    # Runs working at once: in all, in one channel, for one person (None: no limit per
+    # person), see `bots.fairness`. A flooded channel gets its share; the others are
+    # answered meanwhile, and a freed slot goes to the channels in turn.
+    max_concurrent_runs: int = Field(default=1024, ge=1, le=100_000)
+    max_runs_per_channel: int = Field(default=64, ge=1, le=100_000)
+    max_runs_per_user: int | None = Field(default=None, ge=1, le=100_000)
+    # Added to the base prompt in every channel.
+    system_prompt: str = Field(default="", max_length=MAX_PROMPT_CHARS)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
@@ -393,5 +410,9 @@ def load_settings(**overrides: Any) -> Settings:
         where = ".".join(str(part) for part in first["loc"])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise SettingsError(f"{env_name(where)}: {first['msg']}{more}") from None
+    except EnvSourceError as exc:  # a variable that is not the JSON its setting needs
+        raise SettingsError(f"environment: {exc}") from None
     except (OSError, ValueError) as exc:  # an unreadable or malformed TOML file
         raise SettingsError(f"configuration file: {exc}") from None
+    except RecursionError:  # the TOML parser recurses per level of nesting
+        raise SettingsError("configuration file: values nested too deeply") from None

@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -56,7 +56,8 @@ from storage.base import (
     UsageSummary,
     Vote,
 )
-from storage.postgres_batch import AppendBatcher
+from storage.batching import Batcher
+from storage.postgres_batch import APPEND, AppendCall, PgTransactions
 from storage.postgres_instances import Instances
 from storage.postgres_migrations import MIGRATIONS, PgMigration, inspect, migrate
 from storage.postgres_pool import Pool
@@ -105,8 +106,11 @@ class PostgresStore:
         # Use `open()`: it creates the pool, checks the schema and migrates.
         self._pool = pool
         self._instances = Instances(pool, url, schema, lease_ttl_s)
-        # Half the pool at most for appends, so other calls always find a connection.
-        self._appends = AppendBatcher(pool, max_in_flight=max(1, pool.get_max_size() // 2))
+        # Appends are grouped (`postgres_batch`): half the pool at most carries them, so
+        # other calls always find a connection.
+        self._appends: Batcher[asyncpg.Connection] = Batcher.pooled(
+            pool, PgTransactions(), lanes=max(1, pool.get_max_size() // 2)
+        )
         self._url = url
         self._clock = clock
         self._schema = schema
@@ -192,7 +196,7 @@ class PostgresStore:
         self._closed = True
         if self._inflight:
             await asyncio.wait(list(self._inflight))
-        await self._appends.wait()
+        await self._appends.drain()
         await self._instances.close()
         await self._pool.close()
 
@@ -214,7 +218,11 @@ class PostgresStore:
         statement is one already), as its own task: a cancelled caller does not cut it off."""
         if self._closed:
             raise RuntimeError(f"the store for {self.url} is closed")
-        task = asyncio.ensure_future(self._run(body, transaction))
+        return self._shielded(self._run(body, transaction))
+
+    def _shielded(self, work: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """`work` as its own task, which `close()` waits for."""
+        task = asyncio.ensure_future(work)
         self._inflight.add(task)
         task.add_done_callback(_settled(self._inflight))
         return asyncio.shield(task)
@@ -318,18 +326,15 @@ class PostgresStore:
         a reply that used no tokens)."""
         if usage is not None and run_id is None:
             raise ValueError("usage is recorded against a run: give run_id")
-        pair = [(message, dump_message(message).decode())]
-        now = self._clock()
+        body_json = dump_message(message).decode()
         charge = usage if usage is not None and usage.total_tokens > 0 else None
-
-        if self._closed:
-            raise RuntimeError(f"the store for {self.url} is closed")
+        call = AppendCall(conversation_id, message, body_json, run_id, self._clock(), charge, model)
         # Grouped with other appends while the database is busy (`postgres_batch`); an
         # unknown run is a KeyError (the message's foreign key), as from record_usage.
-        appended = self._appends.append(
-            conversation_id, message, pair[0][1], run_id, now, charge, model
-        )
-        return StoredMessage(seq=await asyncio.shield(appended), message=message)
+        if self._closed:
+            raise RuntimeError(f"the store for {self.url} is closed")
+        seq = await self._appends.submit(APPEND, call)  # runs whole if the caller goes
+        return StoredMessage(seq=seq, message=message)
 
     async def load(self, conversation_id: int) -> LoadedConversation:
         """The conversation, its latest compaction and every message after it: ONE

@@ -1,14 +1,21 @@
-"""Group commit for PostgreSQL appends: concurrent appends, to any conversations, in ONE
-statement (the batching idea that made the SQLite store fast, docs/architecture.md "Storage").
+"""Group commit for PostgreSQL appends, on the shared `storage.batching` (the batching idea
+that made the SQLite store fast, docs/architecture.md "Storage"): concurrent appends, to any
+conversations, in ONE statement.
 
-Owns: `AppendBatcher`. A lone append (nothing in flight) goes at once, alone; while batches are
-in flight (at most `max_in_flight`, each on its own pooled connection), new appends queue and
-the next flush takes all of them (up to `max_batch`): one `UPDATE ... RETURNING` of the
-conversations' `last_seq` (rows locked in id order first, so two batches never deadlock on each
-other), one `INSERT` of the messages, one of the ledger entries, as one statement. A batch
-commits whole or not at all, whatever its callers do (a cancelled caller's append may still
-happen, as on SQLite). If a batch fails (an unknown run, a deadlock with another instance), each
-of its appends is retried alone, so only the faulty one fails.
+Owns: the append as a `batching.Op` (`APPEND`) and PostgreSQL's transaction statements
+(`PgTransactions`). The store runs it on `Batcher.pooled`: up to half its pool's connections
+carry appends at once, each a unit of its own.
+
+- A lone append (a lane free, nothing queued) is one autocommit statement (`rows.APPEND`).
+- Appends made while every lane is busy queue; the next unit takes all of them: one `UPDATE
+  ... RETURNING` of the conversations' `last_seq` (rows locked in id order first, so two
+  batches never deadlock on each other), one `INSERT` of the messages, one of the ledger
+  entries, as ONE statement (`MULTI_APPEND`): atomic by itself, so no BEGIN/COMMIT round trips
+  (`many_is_one_statement`). An unknown conversation fails its append alone inside the batch
+  (it gets no seq; nothing of it is written).
+- A batch that fails (an unknown run's foreign key, a deadlock with another instance) is
+  retried by the batcher in one transaction with a SAVEPOINT per append: only the faulty one
+  fails.
 
 Must not: import `tools` or `bots`; know any table but conversations, messages, runs and the
 usage ledger.
@@ -16,17 +23,14 @@ usage ledger.
 
 from __future__ import annotations
 
-import asyncio
-import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
 
 from core.messages import Message, Usage
 from storage import postgres_rows as rows
-from storage.postgres_pool import Pool
-
-log = logging.getLogger(__name__)
+from storage.batching import Op
 
 MULTI_APPEND = """
     WITH input AS (
@@ -66,132 +70,84 @@ MULTI_APPEND = """
 """
 
 
-@dataclass(slots=True)
-class _Append:
+class PgTransactions:
+    """The batcher's transaction statements, on PostgreSQL (read committed)."""
+
+    async def begin(self, db: asyncpg.Connection) -> None:
+        await db.execute("BEGIN")
+
+    async def commit(self, db: asyncpg.Connection) -> None:
+        await db.execute("COMMIT")
+
+    async def rollback(self, db: asyncpg.Connection) -> None:
+        await db.execute("ROLLBACK")
+
+    async def savepoint(self, db: asyncpg.Connection) -> None:
+        await db.execute("SAVEPOINT store_call")
+
+    async def release(self, db: asyncpg.Connection) -> None:
+        await db.execute("RELEASE SAVEPOINT store_call")
+
+    async def rollback_to(self, db: asyncpg.Connection) -> None:
+        await db.execute("ROLLBACK TO SAVEPOINT store_call")
+        await db.execute("RELEASE SAVEPOINT store_call")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendCall:
     conversation_id: int
     message: Message
     body_json: str
     run_id: int | None
     now: float
-    usage: Usage | None
+    usage: Usage | None  # charged: its ledger entry is written by the same statement
     model: str | None
-    done: asyncio.Future[int]
 
 
-class AppendBatcher:
-    """Appends to one database, grouped while the database is busy."""
-
-    def __init__(self, pool: Pool, *, max_in_flight: int, max_batch: int = 500) -> None:
-        self._pool = pool
-        self._max_in_flight = max_in_flight
-        self._max_batch = max_batch
-        self._queued: list[_Append] = []
-        self._in_flight = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def append(
-        self,
-        conversation_id: int,
-        message: Message,
-        body_json: str,
-        run_id: int | None,
-        now: float,
-        usage: Usage | None,
-        model: str | None,
-    ) -> asyncio.Future[int]:
-        """The seq the message gets, once its batch committed (KeyError: unknown
-        conversation or run)."""
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queued.append(
-            _Append(conversation_id, message, body_json, run_id, now, usage, model, done)
-        )
-        self._flush_if_free()
-        return done
-
-    async def wait(self) -> None:
-        """Until every queued append has been written (for `close`)."""
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
-
-    def _flush_if_free(self) -> None:
-        while self._queued and self._in_flight < self._max_in_flight:
-            batch = self._queued[: self._max_batch]
-            del self._queued[: self._max_batch]
-            self._in_flight += 1
-            task = asyncio.ensure_future(self._flush(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._flushed)
-
-    def _flushed(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self._in_flight -= 1
-        self._flush_if_free()
-
-    async def _flush(self, batch: list[_Append]) -> None:
-        try:
-            if len(batch) == 1:
-                await self._alone(batch[0])
-                return
-            try:
-                seqs = await self._together(batch)
-            except (asyncpg.ForeignKeyViolationError, asyncpg.DeadlockDetectedError):
-                for one in batch:  # find the faulty one(s): each alone
-                    await self._alone(one)
-                return
-            for n, one in enumerate(batch, start=1):
-                seq = seqs.get(n)
-                if seq is None:
-                    _fail(one, KeyError(f"no conversation with id {one.conversation_id}"))
-                elif not one.done.done():
-                    one.done.set_result(seq)
-        except BaseException as exc:  # e.g. the connection broke: every caller hears it
-            for one in batch:
-                _fail(one, exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-            if not isinstance(exc, Exception):
-                raise
-
-    async def _alone(self, one: _Append) -> None:
-        try:
-            async with self._pool.acquire() as connection:
-                seq = await rows.append_many(
-                    connection,
-                    one.conversation_id,
-                    [(one.message, one.body_json)],
-                    one.run_id,
-                    one.now,
-                    one.usage,
-                    one.model,
-                )
-        except Exception as exc:
-            _fail(one, exc)
-        else:
-            if not one.done.done():
-                one.done.set_result(seq)
-
-    async def _together(self, batch: list[_Append]) -> dict[int, int]:
-        columns = rows.columns_of([(one.message, one.body_json) for one in batch])
-        no_usage = Usage()
-        usages = [one.usage or no_usage for one in batch]
-        async with self._pool.acquire() as connection:
-            found = await connection.fetch(
-                MULTI_APPEND,
-                [one.conversation_id for one in batch],
-                [one.run_id for one in batch],
-                *columns,
-                [one.now for one in batch],
-                [one.model for one in batch],
-                [one.usage is not None for one in batch],
-                [u.input for u in usages],
-                [u.output for u in usages],
-                [u.cache_read for u in usages],
-                [u.cache_write for u in usages],
-                [u.cost for u in usages],
-            )
-        return {int(row[0]): int(row[1]) for row in found}
+async def _append_one(db: asyncpg.Connection, call: AppendCall) -> int:
+    return await rows.append_many(
+        db,
+        call.conversation_id,
+        [(call.message, call.body_json)],
+        call.run_id,
+        call.now,
+        call.usage,
+        call.model,
+    )
 
 
-def _fail(one: _Append, exc: BaseException) -> None:
-    if not one.done.done():
-        one.done.set_exception(exc)
-    if not one.done.cancelled():
-        one.done.exception()  # retrieved here: a caller that was cancelled never reads it
+async def _append_many(
+    db: asyncpg.Connection, calls: list[AppendCall]
+) -> Sequence[int | Exception]:
+    columns = rows.columns_of([(call.message, call.body_json) for call in calls])
+    no_usage = Usage()
+    usages = [call.usage or no_usage for call in calls]
+    found = await db.fetch(
+        MULTI_APPEND,
+        [call.conversation_id for call in calls],
+        [call.run_id for call in calls],
+        *columns,
+        [call.now for call in calls],
+        [call.model for call in calls],
+        [call.usage is not None for call in calls],
+        [u.input for u in usages],
+        [u.output for u in usages],
+        [u.cache_read for u in usages],
+        [u.cache_write for u in usages],
+        [u.cost for u in usages],
+    )
+    seqs = {int(row[0]): int(row[1]) for row in found}
+    return [
+        seqs[n] if n in seqs else KeyError(f"no conversation with id {call.conversation_id}")
+        for n, call in enumerate(calls, start=1)
+    ]
+
+
+# The seq the message got (KeyError: unknown conversation or run).
+APPEND: Op[asyncpg.Connection, AppendCall, int] = Op(
+    "append",
+    one=_append_one,
+    lone=_append_one,
+    many=_append_many,
+    many_is_one_statement=True,
+)

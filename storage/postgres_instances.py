@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -55,6 +56,10 @@ class Instances:
         self.lease_ttl_s = lease_ttl_s
         self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._held: set[int] = set()
+        # When each held lease was (last) taken: a lease taken while a renewal is on its way
+        # was not in that renewal, and is not lost for it.
+        self._taken: dict[int, int] = {}
+        self._takings = itertools.count()
         self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
         self._overflowed = False
         self._listener: asyncio.Task[None] | None = None
@@ -80,11 +85,13 @@ class Instances:
         )
         if got:
             self._held.add(conversation_id)
+            self._taken[conversation_id] = next(self._takings)
             self._start_heartbeat()
         return bool(got)
 
     async def release(self, conversation_id: int) -> None:
         self._held.discard(conversation_id)
+        self._taken.pop(conversation_id, None)
         await self._pool.execute(
             "DELETE FROM conversation_leases WHERE conversation_id = $1 AND holder = $2",
             conversation_id,
@@ -100,6 +107,7 @@ class Instances:
             await asyncio.sleep(self.lease_ttl_s / 3)
             if not self._held:
                 continue
+            asked = {cid: self._taken.get(cid) for cid in self._held}
             try:
                 renewed = await self._pool.fetch(
                     "UPDATE conversation_leases "
@@ -113,8 +121,11 @@ class Instances:
                 continue
             kept = {int(row[0]) for row in renewed}
             for conversation_id in sorted(self._held - kept):
+                if self._taken.get(conversation_id) != asked.get(conversation_id, -1):
+                    continue  # taken (again) while the renewal was on its way
                 log.warning("lost the lease of conversation %s", conversation_id)
                 self._held.discard(conversation_id)
+                self._taken.pop(conversation_id, None)
                 self._put(LeaseLost(conversation_id))
 
     # --- notifications --------------------------------------------------------------------

@@ -91,6 +91,8 @@ from storage.sqlite_ops import (
     RUN_FIELDS,
     START_RUN,
     START_RUN_DELIVERING,
+    START_RUN_DELIVERING_ONE,
+    START_SETUP,
     SURFACE_REF,
     UPDATE_CONVERSATION,
     AcceptCall,
@@ -220,7 +222,7 @@ class SqliteStore:
             db.execute("PRAGMA synchronous = NORMAL")
             migrate(db, path, migrations)
             # Per connection, never in the file: another Teammate sees the plain schema.
-            for statement in [LAST_SEQ_TRIGGER, DELIVER_TRIGGER, *ACCEPT_SETUP]:
+            for statement in [LAST_SEQ_TRIGGER, DELIVER_TRIGGER, *ACCEPT_SETUP, *START_SETUP]:
                 db.execute(statement)
 
         def setup_reader(db: sqlite3.Connection) -> None:
@@ -562,8 +564,10 @@ class SqliteStore:
             owner_json=rows.dump_json(owner or {}),
             delivery=Delivery(conversation_id, ids, self._known(conversation_id, ids)),
             now=self._clock(),
+            request=next(self._requests),
         )
-        record = await self._write(START_RUN_DELIVERING if ids else START_RUN, call)
+        op = START_RUN_DELIVERING_ONE if len(ids) == 1 else START_RUN_DELIVERING
+        record = await self._write(op if ids else START_RUN, call)
         self._forget(ids)
         return record
 

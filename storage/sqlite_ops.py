@@ -12,8 +12,9 @@ How a call stays one statement (docs/architecture.md, "Storage"):
   10,000 costs what message 10 does.
 - Accepting is one `INSERT INTO teammate_accept ... RETURNING` (a TEMP table whose BEFORE
   trigger claims, creates, backfills and queues); delivering is one `UPDATE inbox` (a TEMP trigger
-  appends the message at the seq it takes). The TEMP objects live in the connection, never in
-  the file: another program sees the plain schema.
+  appends the message at the seq it takes); starting a run that delivers one message (the
+  runner's every answer) is one `INSERT INTO teammate_start ... RETURNING`. The TEMP objects
+  live in the connection, never in the file: another program sees the plain schema.
 - A batch's statements do not grow with its calls (`json_each` lookups, `executemany`,
   `RETURNING`), and those that do not need each other's results are handed to the driver
   together (`_together`): one round trip.
@@ -105,6 +106,34 @@ ACCEPT_SETUP = [
     "CREATE TEMP TRIGGER IF NOT EXISTS teammate_accept_done AFTER INSERT ON teammate_accept "
     "BEGIN DELETE FROM teammate_accept WHERE rowid = NEW.rowid; "
     "DELETE FROM teammate_accepted WHERE request = NEW.request; END",
+]
+# Starting a run that delivers ONE inbox item (what the runner does for nearly every answer)
+# is ONE statement, `INSERT INTO teammate_start ... RETURNING`: its BEFORE trigger skips the
+# row whole (nothing written, no row returned) unless the item is that conversation's, else
+# inserts the run, notes its id for the RETURNING clause, and delivers the item if it is
+# still pending (the deliver trigger appends the message at the seq it takes).
+START_SETUP = [
+    "CREATE TEMP TABLE IF NOT EXISTS teammate_start (request INTEGER, conversation_id, "
+    "started_at, user_id, channel_key, model, surface_ref, owner, item_id)",
+    "CREATE TEMP TABLE IF NOT EXISTS teammate_started (request INTEGER PRIMARY KEY, run_id)",
+    "CREATE TEMP TRIGGER IF NOT EXISTS teammate_start_one BEFORE INSERT ON teammate_start "
+    "BEGIN "
+    "SELECT RAISE(IGNORE) WHERE NOT EXISTS (SELECT 1 FROM inbox "
+    "WHERE id = NEW.item_id AND conversation_id = NEW.conversation_id); "
+    "INSERT INTO runs (conversation_id, outcome, started_at, user_id, channel_key, model, "
+    "surface_ref, owner) SELECT id, 'running', NEW.started_at, NEW.user_id, "
+    "COALESCE(NEW.channel_key, channel_key), NEW.model, NEW.surface_ref, NEW.owner "
+    "FROM conversations WHERE id = NEW.conversation_id; "
+    "INSERT INTO teammate_started (request, run_id) VALUES (NEW.request, last_insert_rowid()); "
+    "UPDATE inbox SET state = 'delivered', body = NULL, settled_at = NEW.started_at, "
+    "run_id = (SELECT run_id FROM teammate_started WHERE request = NEW.request), "
+    "seq = (SELECT last_seq + 1 FROM conversations WHERE id = inbox.conversation_id) "
+    "WHERE id = NEW.item_id AND state = 'pending'; "
+    "END",
+    # The statement's RETURNING has read the run by then: nothing is kept.
+    "CREATE TEMP TRIGGER IF NOT EXISTS teammate_start_done AFTER INSERT ON teammate_start "
+    "BEGIN DELETE FROM teammate_start WHERE rowid = NEW.rowid; "
+    "DELETE FROM teammate_started WHERE request = NEW.request; END",
 ]
 # Delivering an inbox item is marking it delivered at its seq: the message enters history in
 # the same statement.
@@ -593,6 +622,7 @@ class StartRunCall:
     owner_json: str
     delivery: Delivery
     now: float
+    request: int = 0  # this store's number for the call (`teammate_start` rows)
 
 
 _INSERT_RUN_SELECT = (
@@ -704,11 +734,52 @@ async def _start_run_many(db: Db, calls: list[StartRunCall]) -> list[RunRecord |
     return outcomes
 
 
+_START_ONE = (
+    "INSERT INTO teammate_start VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING "
+    "(SELECT s.run_id FROM teammate_started s WHERE s.request = teammate_start.request), "
+    "(SELECT json_array(c.key, c.channel_key) FROM conversations c "
+    "WHERE c.id = teammate_start.conversation_id)"
+)
+
+
+async def _start_run_delivering_one(db: Db, call: StartRunCall) -> RunRecord:
+    """A run delivering one item: ONE statement (`START_SETUP`'s triggers do the rest)."""
+    [item_id] = call.delivery.item_ids
+    row = await fetchone(
+        db,
+        _START_ONE,
+        (
+            call.request,
+            call.conversation_id,
+            call.now,
+            call.user_id,
+            call.channel_key,
+            call.model,
+            call.surface_json,
+            call.owner_json,
+            item_id,
+        ),
+    )
+    if row is None:  # skipped whole: the item is not that conversation's (or unknown)
+        if await fetchone(db, "SELECT 1 FROM conversations WHERE id = ?", (call.conversation_id,)):
+            raise KeyError(f"no inbox item {item_id} in conversation {call.conversation_id}")
+        raise KeyError(f"no conversation with id {call.conversation_id}")
+    key, channel_key = json.loads(row[1])
+    channel = call.channel_key if call.channel_key is not None else channel_key
+    return _started(call, int(row[0]), str(key), str(channel))
+
+
 START_RUN: Op[Db, StartRunCall, RunRecord] = Op(
     "start_run", one=_one_of(_start_run_many), lone=_start_run_lone, many=_start_run_many
 )
 START_RUN_DELIVERING: Op[Db, StartRunCall, RunRecord] = Op(
     "start_run+deliver", one=_one_of(_start_run_many), many=_start_run_many
+)
+START_RUN_DELIVERING_ONE: Op[Db, StartRunCall, RunRecord] = Op(
+    "start_run+deliver one",
+    one=_one_of(_start_run_many),
+    lone=_start_run_delivering_one,
+    many=_start_run_many,
 )
 
 

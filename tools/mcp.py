@@ -10,8 +10,9 @@ run began. So a run gets a server's tools from the last list that server gave (k
 `tools.mcp_cache`, so a new process knows them too), and building a toolset only *starts* the
 server in the background (lazily: a server no channel uses never starts). A call made while
 the server is still starting waits for it, within that call's own deadline. Only a server
-whose tools were never listed at all makes a run wait, once, at most `first_list_wait_s`
-(default 5 s; 0: never), so that the first question after configuring a server can use it.
+whose tools were never listed at all makes a run wait, at most `first_list_wait_s` (default
+5 s; 0: never) and once per process, so that the first question after configuring a server can
+use it while a server that never starts delays one run, not every run.
 
 Must not: import anything of ours outside `core` and `tools`.
 """
@@ -68,6 +69,7 @@ class McpHub:
             for name, config in settings.servers.items()
         }
         self._writes: set[asyncio.Task[None]] = set()
+        self._waited: set[str] = set()  # servers a run already waited for, never again
 
     @property
     def servers(self) -> dict[str, McpServer]:
@@ -97,7 +99,12 @@ class McpHub:
         await self._cache.load()
         for server in chosen:
             server.start_soon()
-        unknown = [server for server in chosen if self._known(server) is None]
+        unknown = [
+            server
+            for server in chosen
+            if self._known(server) is None and server.name not in self._waited
+        ]
+        self._waited.update(server.name for server in unknown)
         if unknown and self.settings.first_list_wait_s > 0:
             wait_s = self.settings.first_list_wait_s
             await asyncio.wait([asyncio.ensure_future(s.wait_ready(wait_s)) for s in unknown])

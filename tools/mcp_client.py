@@ -36,11 +36,11 @@ import mcp_types
 from mcp import Client
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from core.tools import CancelSignal
 from tools.mcp_config import McpConfigError, McpServerConfig, resolve_env, resolve_headers
+from tools.mcp_http import ResponseTooLarge, bounded_http_client
 from tools.mcp_stdio import StdioProcess, stdio_transport
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,6 @@ class McpServer:
             await asyncio.wait([task], timeout=5.0)
 
     async def _connection(self) -> None:
-        started = self._clock()
         try:
             async with AsyncExitStack() as stack:
                 client = Client(
@@ -183,8 +182,7 @@ class McpServer:
         except asyncio.CancelledError:
             raise
         except TimeoutError:
-            waited = self._clock() - started
-            self._crashed(f"it did not start within {waited:.0f} s")
+            self._crashed(f"it did not start within {self.config.start_timeout_s:g} s")
         except McpConfigError as exc:
             self._crashed(str(exc))
         except BaseException as exc:  # the SDK raises exception groups from its task groups
@@ -208,7 +206,7 @@ class McpServer:
         assert self.config.url is not None
         headers = resolve_headers(self.config, self._environ)
         timeout = httpx2.Timeout(self.config.start_timeout_s, read=HTTP_READ_TIMEOUT_S)
-        http = await stack.enter_async_context(create_mcp_http_client(headers, timeout))
+        http = await stack.enter_async_context(bounded_http_client(headers, timeout))
         return streamable_http_client(self.config.url, http_client=http)
 
     async def _until_stopped(self) -> None:
@@ -225,6 +223,14 @@ class McpServer:
         finally:
             for waiting in waits:
                 waiting.cancel()
+
+    @property
+    def pid(self) -> int | None:
+        """The stdio server's process id while it runs (None for HTTP or when not running)."""
+        process = self._process
+        if process is None or self.state != "ready":
+            return None
+        return process.pid
 
     @property
     def closed(self) -> bool:
@@ -351,6 +357,8 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, MCPError):
         return exc.error.message
+    if isinstance(exc, ResponseTooLarge):
+        return f"it sent {exc}"
     if isinstance(exc, httpx2.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
     if isinstance(exc, httpx2.TransportError | OSError):

@@ -35,6 +35,7 @@ from bots.channel_config import (
 from bots.discord.access import ADMIN_TEXT, discord_refusal, is_admin
 from bots.discord.buttons import DYNAMIC_ITEMS
 from bots.discord.events import (
+    DM,
     MAX_ATTACHMENTS,
     ButtonPress,
     DiscordFile,
@@ -53,6 +54,7 @@ from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurface
 from bots.incoming import Attachment, BackfillMessage, Incoming
 from bots.memory import ChannelMemory, MemoryCommand, run_memory_command
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
+from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import DiscordSettings, Settings, SettingsError
 from core.messages import Author
 
@@ -352,6 +354,7 @@ class TeammateBot(commands.Bot):
             model="The model here ('default': the configuration file's)",
             tools="Tools here, e.g. read,grep ('none'; 'default': the file's)",
             reset="Forget everything set here",
+            timezone="Time zone for scheduled work, e.g. Europe/Berlin ('default': the file's)",
         )
         async def config(
             interaction: discord.Interaction[Any],
@@ -359,6 +362,7 @@ class TeammateBot(commands.Bot):
             model: str | None = None,
             tools: str | None = None,
             reset: bool = False,
+            timezone: str | None = None,
         ) -> None:
             await self._config(interaction)
 
@@ -532,6 +536,36 @@ class TeammateBot(commands.Bot):
         )
         await interaction.response.send_message(text[:2_000], ephemeral=True)
 
+    # -- scheduled work (bots.scheduler.ThreadStarter) ----------------------------------------
+
+    async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
+        """A new message in the channel, attributed to `for_user` (the only one it may ping),
+        and a thread started from it where the run is shown; in a DM, the DM itself."""
+        _platform, guild, channel_id = channel_key.split(":", 2)
+        channel = self.get_channel(int(channel_id)) or await self.fetch_channel(int(channel_id))
+        if not isinstance(channel, discord.abc.Messageable):
+            raise ValueError(f"{channel_key} is not a channel Teammate can write in")
+        head = SCHEDULED_BY.format(mention=f"<@{for_user}>", text=text)
+        only_them = discord.AllowedMentions(
+            everyone=False, roles=False, users=[discord.Object(int(for_user))]
+        )
+        posted = await channel.send(head[:2_000], allowed_mentions=only_them)
+        where: discord.abc.Messageable = channel
+        thread_id = channel_id
+        if guild != DM:
+            thread = await self._thread_from(posted, text)
+            where, thread_id = thread, str(thread.id)
+        key = conversation_key(None if guild == DM else guild, thread_id)
+        self._threads.add(key)
+        surface = DiscordSurface(
+            where,
+            channel_id=int(thread_id),
+            conversation_channel_id=thread_id,
+            clock=self._clock,
+            edit_interval_s=self._edit_interval_s,
+        )
+        return StartedThread(key, surface, title=_title(channel))
+
     # -- buttons (bots.discord.buttons.ButtonHandler) ------------------------------------------
 
     async def on_stop_button(
@@ -596,8 +630,9 @@ def config_text(channel_key: str, view: ConfigView) -> str:
             f"- model: {view.model}",
             f"- extra instructions: {view.prompt}",
             f"- tools: {view.tools}",
+            f"- time zone (scheduled work): {view.timezone}",
             "Change it with `/teammate config` and its options `prompt`, `model`, `tools`, "
-            "`reset`.",
+            "`timezone`, `reset`.",
         ]
     )
 
@@ -612,6 +647,7 @@ def _config_change(options: dict[str, OptionValue]) -> ConfigChange:
         model=text("model"),
         tools=text("tools"),
         reset=options.get("reset") is True,
+        timezone=text("timezone"),
     )
 
 

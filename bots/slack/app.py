@@ -27,6 +27,7 @@ from typing import Any, Literal
 import aiohttp
 
 from bots.runner import ConversationRunner
+from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import Settings, SettingsError
 from bots.slack.events import SlackMessage
 from bots.slack.files import FileFetcher
@@ -335,6 +336,29 @@ class AppSurfaces:
 
     def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> SlackSurface | None:
         return self._recovered.for_ref(conversation_key, ref)
+
+    async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
+        """Scheduled work (`bots.scheduler.ThreadStarter`): a new top-level message in the
+        channel, attributed to `for_user`; the run is shown in its thread."""
+        _platform, team_id, channel = channel_key.split(":", 2)
+        # Escaped, so a prompt cannot mention @channel or anyone else.
+        escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        head = SCHEDULED_BY.format(mention=f"<@{for_user}>", text=escaped)
+        posted = await self._client.chat_postMessage(
+            channel=channel, text=head, unfurl_links=False, unfurl_media=False
+        )
+        ts = str(posted["ts"])
+        surface = SlackSurface(
+            self._client,
+            team_id=team_id,
+            channel=channel,
+            thread_ts=ts,
+            message_ts=ts,
+            user_id=for_user,
+            features=self._channels,
+            options=self._options,
+        )
+        return StartedThread(f"slack:{team_id}:{channel}:{ts}", surface)
 
 
 def _with_slash(url: str) -> str:

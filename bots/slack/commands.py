@@ -53,6 +53,8 @@ _CONFIG_HINTS = {
     "model": "Name the model: `config model <id>` (or `config model default`).",
     "tools": "List the tools: `config tools read,grep` (allowed here: {allowed}), "
     "`config tools none` or `config tools default`.",
+    "timezone": "Name the time zone for scheduled work: `config timezone Europe/Berlin` (or "
+    "`config timezone default`).",
 }
 
 
@@ -217,6 +219,7 @@ class SlashCommands:
             prompt=value if field == "prompt" else None,
             model=value if field == "model" else None,
             tools=value if field == "tools" else None,
+            timezone=value if field == "timezone" else None,
         )
         problem, changed = await self._configs.change(key, change, by=invocation.user.id)
         if problem:
@@ -232,6 +235,7 @@ class SlashCommands:
                 f"• model: {model}",
                 f"• extra instructions: {prompt}",
                 f"• tools: {tools}",
+                f"• time zone (scheduled work): {view.timezone}",
                 self._usage_of_config(invocation.command),
             ]
         )
@@ -240,7 +244,8 @@ class SlashCommands:
     def _usage_of_config(command: str) -> str:
         return (
             f"Change it with `{command} config model <id>|default`, `config prompt "
-            "<text>|clear`, `config tools <a,b>|none|default`, or `config reset`."
+            "<text>|clear`, `config tools <a,b>|none|default`, `config timezone "
+            "<zone>|default`, or `config reset`."
         )
 
 

@@ -72,6 +72,9 @@ THINKING_STATUS = "thinking…"
 SPLIT_IN_THREAD_CHARS = 50_000  # longer answers are split off the event loop
 STREAM_LIMIT = 11_000  # streamed characters; a longer answer is finished by chat.update
 MAX_RATE_LIMIT_RETRIES = 8
+# Slack answering 5xx to the final answer: tried again after 0.5, 1, 2, 4, 8 s (about 15 s).
+SERVER_ERROR_RETRIES = 5
+SERVER_ERROR_BACKOFF_S = 0.5
 MAX_RETRY_AFTER_S = 60.0
 METADATA_EVENT = "teammate_answer"
 LOOKUP_PAGES = 5  # conversations.replies pages searched for an ambiguous post
@@ -181,6 +184,7 @@ class SlackSurface:
         self._status_off = False  # Slack refused it in this thread
         self._finishing = False
         self._finished = False
+        self._outcome = "running"  # how the run ended, once it has
         self._closed = False
         self._throttle = Throttle(self._flush, self._options.update_interval_s)
         self._status_throttle = Throttle(self._flush_status, self._options.update_interval_s)
@@ -577,6 +581,7 @@ class SlackSurface:
         if self._finished:
             return
         self._finished = True
+        self._outcome = event.outcome
         self._finishing = True
         self._cancel_timer()
         if self._working_task is not None:  # a 👀 in flight lands before it is taken away
@@ -703,8 +708,8 @@ class SlackSurface:
         """The in-progress message beside a streamed answer: the Stop button goes, the tool
         calls stay; with no tool calls it has nothing left to say and is deleted."""
         count = len(self._tools)
-        if self._recovered:
-            summary = "Interrupted."
+        if self._recovered:  # (its tool calls are known only to the process that died)
+            summary = "Done." if self._outcome == "done" else "Interrupted."
         elif count:
             summary = f"Used {count} tool{'s' if count != 1 else ''}."
         else:
@@ -804,27 +809,45 @@ class SlackSurface:
 
     async def _post_once(self, body: blocks.MessageBody, *, part: str) -> str | None:
         """Post a part of the final answer: if the post's fate is unknown and the part is not
-        in the thread, post it again (the final answer must not be lost)."""
-        try:
-            response = await self._call(
-                self._client.chat_postMessage,
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                metadata=self._metadata(part),
-                unfurl_links=False,
-                unfurl_media=False,
-                **body.arguments(),
-            )
-            return str(response["ts"])
-        except SlackApiError as error:
-            log.warning("posting the answer failed (%s)", _error_code(error))
-            if _error_code(error) == "invalid_blocks":
-                return await self._post_plain(body, part)
-            return None
-        except _TRANSPORT_ERRORS:
-            found = await self._find_posted(part)
-            if found is not None:
-                return found
+        in the thread, post it again (the final answer must not be lost). While Slack answers
+        5xx the post is tried again with backoff (looking in the thread first: a failed call
+        may have posted it), then reported in the log as undeliverable."""
+        for attempt in range(SERVER_ERROR_RETRIES + 1):
+            try:
+                response = await self._call(
+                    self._client.chat_postMessage,
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    metadata=self._metadata(part),
+                    unfurl_links=False,
+                    unfurl_media=False,
+                    **body.arguments(),
+                )
+                return str(response["ts"])
+            except SlackApiError as error:
+                if _is_server_error(error) and attempt < SERVER_ERROR_RETRIES:
+                    await self._sleep(SERVER_ERROR_BACKOFF_S * 2**attempt)
+                    found = await self._find_posted(part)
+                    if found is not None:
+                        return found
+                    continue
+                if _error_code(error) == "invalid_blocks":
+                    log.warning("posting the answer failed (invalid_blocks); posting its text")
+                    return await self._post_plain(body, part)
+                log.warning(
+                    "undeliverable: part %s of the answer of run %s in %s (Slack: %s, %d tries)",
+                    part,
+                    self._run_id,
+                    self._channel,
+                    _error_code(error),
+                    attempt + 1,
+                )
+                return None
+            except _TRANSPORT_ERRORS:
+                found = await self._find_posted(part)
+                if found is not None:
+                    return found
+                break
         try:
             response = await self._call(
                 self._client.chat_postMessage,
@@ -966,6 +989,13 @@ def _error_code(error: SlackApiError) -> str:
         return str(error.response.get("error") or "unknown")
     except Exception:
         return "unknown"
+
+
+def _is_server_error(error: SlackApiError) -> bool:
+    try:
+        return int(error.response.status_code) >= 500
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _is_rate_limited(error: SlackApiError) -> bool:

@@ -73,12 +73,19 @@ async def test_a_slow_surface_delays_neither_saving_nor_other_conversations(
     await runner.submit(incoming("fast one", key=other), fast)
     await runner.wait(other)  # the other conversation is answered and shown meanwhile
     assert [f.outcome for f in fast.finished()] == ["done"]
-    await until(lambda: _no_run_running(store))
-    # The slow surface has shown nothing, yet its run is complete and saved.
+    done = ["user", "assistant", "tool_result", "assistant"]
+
+    async def saved() -> bool:
+        return roles(await history(store)) == done
+
+    await until(saved)
+    # The slow surface has shown nothing, yet its run is complete and saved; it is closed in
+    # the store only once its end is shown (killed now, the next start would show it).
     assert slow.events == []
-    assert roles(await history(store)) == ["user", "assistant", "tool_result", "assistant"]
+    assert not await _no_run_running(store)
     slow.limit_lifted.set()
     await runner.wait(KEY)
+    assert await _no_run_running(store)
     assert slow.types()[0] == "run_started" and slow.types()[-1] == "run_finished"
     assert slow.closed == 1
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bots.app import ModelFactory, toolset_factory
+from bots.app import ModelFactory, open_store, toolset_factory
 from bots.runner import ConversationRunner
 from bots.settings import Settings
 from bots.slack.app import SLACK_RULES, SlackBot
 from core.models.anthropic import RetryPolicy
+from storage.base import ConversationStore
 from storage.sqlite import SqliteStore
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack_server import FakeSlack, signed_request
@@ -61,7 +62,7 @@ class SlackApp:
     model_api: FakeAnthropic
     bot: SlackBot
     runner: ConversationRunner
-    store: SqliteStore
+    store: ConversationStore
     settings: Settings
     port: int
 
@@ -120,11 +121,16 @@ async def slack_app(
     data_dir: Path,
     *,
     retry: RetryPolicy = FAST_RETRY,
+    busy_timeout_s: float = 10.0,
     **overrides: Any,
 ) -> AsyncIterator[SlackApp]:
     settings = app_settings(slack, model_api, data_dir, **overrides)
     bot = SlackBot(settings)
-    store = await SqliteStore.open(settings.database_path)
+    store: ConversationStore
+    if settings.database_url is not None:  # PostgreSQL, as `teammate` opens it
+        store = await open_store(settings)
+    else:
+        store = await SqliteStore.open(settings.database_path, busy_timeout_s=busy_timeout_s)
     models = ModelFactory(settings, retry=retry)
     runner = ConversationRunner(
         store=store,

@@ -336,6 +336,10 @@ class FakeSlack:
         before the answer: what a transport error after a successful write looks like."""
         self._faults.setdefault(method, []).append(_Fault(0, None, "", times, True))
 
+    def clear_faults(self) -> None:
+        """Forget every fault still scripted (`fail_next`, `drop_next`): Slack is healthy."""
+        self._faults.clear()
+
     def delay(self, method: str, seconds: float) -> None:
         """Answer `method` only after `seconds` (0 removes the delay)."""
         if seconds <= 0:

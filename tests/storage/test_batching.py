@@ -71,6 +71,43 @@ async def test_a_lone_write_is_one_autocommit_statement(store: SqliteStore) -> N
     assert await store.message_count(conversation.id) == 2
 
 
+async def test_a_lone_run_start_delivering_one_message_is_one_autocommit_statement(
+    store: SqliteStore,
+) -> None:
+    # What the runner does for every answer: start the run and deliver the message it answers.
+    accepted = await store.accept_delivery(
+        "k", UserMessage(content="hi"), channel_key="c", delivery_id="d1"
+    )
+    assert accepted is not None
+    conversation_id = accepted.conversation.id
+    statements = await traced(store._writer)
+
+    run = await store.start_run(
+        conversation_id,
+        user_id="U1",
+        model="m",
+        surface_ref={"ts": "1"},
+        deliver=[accepted.item.id],
+    )
+
+    assert len(statements) == 1, statements
+    assert (run.outcome, run.user_id, run.model, run.channel_key) == ("running", "U1", "m", "c")
+    assert (run.conversation_key, run.surface_ref) == ("k", {"ts": "1"})
+    assert [s.message.text() for s in (await store.load(conversation_id)).messages] == ["hi"]
+    assert await store.pending(conversation_id) == []
+    assert [r.id for r in await store.running_runs()] == [run.id]
+    # Delivered before: the run starts, nothing is delivered twice.
+    again = await store.start_run(conversation_id, deliver=[accepted.item.id])
+    assert again.id != run.id and await store.message_count(conversation_id) == 1
+    # Another conversation's item (or none): no run, a KeyError, as with several items.
+    other = await store.get_or_create_conversation("k2", channel_key="c")
+    with pytest.raises(KeyError):
+        await store.start_run(other.id, deliver=[accepted.item.id])
+    with pytest.raises(KeyError):
+        await store.start_run(other.id + 100, deliver=[accepted.item.id])
+    assert len(await store.running_runs()) == 2
+
+
 @pytest.mark.parametrize("size", [20, 200])
 async def test_a_batch_is_a_fixed_number_of_statements_whatever_its_size(
     store: SqliteStore, size: int

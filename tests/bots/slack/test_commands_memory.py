@@ -63,3 +63,17 @@ async def test_a_full_memory_is_said_plainly(fake_slack: FakeSlack, tmp_path: Pa
         assert "memory is full (at most 1 note and" in full
         long = (await app.command("memory add " + "x" * 400))["text"]
         assert "at most 300" in long
+
+
+async def test_admins_set_the_channels_time_zone_for_scheduled_work(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    async with running(fake_slack, tmp_path, slack={"admins": [ALICE]}) as app:
+        shown = (await app.command("config"))["text"]
+        assert "time zone (scheduled work): UTC (configuration file)" in shown
+        refused = (await app.command("config timezone Nowhere/Special"))["text"]
+        assert "I don't know the time zone" in refused
+        saved = (await app.command("config timezone America/New_York"))["text"]
+        assert "time zone (scheduled work): America/New_York (set here)" in saved
+        back = (await app.command("config timezone default"))["text"]
+        assert "UTC (configuration file)" in back

@@ -13,11 +13,12 @@ from typing import Any
 
 import mcp_types
 import pytest
+from aiohttp import web
 from pydantic import ValidationError
 
 from core.messages import Image, Text
 from core.tools import CancelSignal, ToolContext, ToolError
-from tests.tools.mcp.conftest import REPO, START_GUARD_S, stdio_command
+from tests.tools.mcp.conftest import REPO, START_GUARD_S, free_port, stdio_command
 from tests.tools.mcp.server_app import PNG_1X1
 from tools.mcp import McpHub
 from tools.mcp_client import McpCallFailed, McpServer, McpUnavailable, Redactor, backoff_s
@@ -253,3 +254,40 @@ async def test_tools_come_from_the_last_list_without_waiting_for_the_start(
         assert await again.tools(["other"]) == []
     finally:
         await again.aclose()
+
+
+async def test_an_http_server_sending_an_oversized_response_is_cut_off() -> None:
+    async def answer(request: web.Request) -> web.Response:
+        asked = await request.json()
+        huge = "a" * (9 * 1024 * 1024)
+        body = json.dumps({"jsonrpc": "2.0", "id": asked.get("id", 0), "result": {"x": huge}})
+        return web.Response(text=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/mcp", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    server = McpServer("big", McpServerConfig(url=f"http://127.0.0.1:{port}/mcp"), environ={})
+    try:
+        assert not await server.wait_ready(START_GUARD_S)
+        assert server.last_error == "it sent a response over 8192 KiB"
+    finally:
+        await server.aclose()
+        await runner.cleanup()
+
+
+async def test_a_server_that_never_starts_delays_one_run_not_every_run(tmp_path: Path) -> None:
+    stuck = local_server("--hang-on-start", start_timeout_s=1)
+    settings = McpSettings(servers={"stuck": stuck}, first_list_wait_s=START_GUARD_S)
+    hub = McpHub(settings, cache_dir=tmp_path, environ={})
+    try:
+        assert await hub.tools() == []  # waited for its first list: the start failed
+        server = hub.servers["stuck"]
+        assert server.state == "down"
+        assert server.last_error == "it did not start within 1 s"
+        assert await hub.tools() == []
+        assert server.state == "starting"  # started again, and not waited for this time
+    finally:
+        await hub.aclose()

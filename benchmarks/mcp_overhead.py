@@ -1,0 +1,232 @@
+"""What an MCP tool server costs: per call, at start, and to an answer that uses none of it.
+
+1. Per-call overhead: the same `echo` tool, built in (an `AgentTool` in this process) and as an
+   MCP tool over stdio (`tests.tools.mcp.server_app`, written with the `mcp` SDK's MCPServer,
+   reached through `tools.mcp`: our bounded stdio transport and the SDK's client session).
+   Each is called through `AgentTool.execute` CALLS times in a row, after a warm-up; the
+   overhead is the median MCP call minus the median built-in call (server time included: it
+   is what a model's call waits for).
+2. Time to first tool list with SERVERS (5) servers started at once, from a cold cache: the
+   wall time until `McpHub.tools()` returns every server's tools.
+3. Time to an answer that uses no MCP tool (`teammate ask` path: `open_app` + `run_ask`,
+   scripted model), with no MCP server, with a server that takes START_DELAY s to start whose
+   tools are cached (every run after the first), and the first time ever (no cached list:
+   bounded by `first_list_wait_s`).
+
+Run: uv run python -m benchmarks.mcp_overhead [--calls 500] [--servers 5] [--start-delay 3]
+Prints conditions and a table; last, one JSON line with `mcp_call_overhead_ms`,
+`first_tool_list_s_5_servers`, `answer_s_no_mcp`, `answer_s_slow_server_cached`,
+`answer_s_slow_server_first_time`. Targets: overhead under 2 ms on stdio; the cached answer
+no slower than without MCP (a server's start delays no answer that uses no MCP tool).
+A measurement, not a test: CI does not run it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if not __package__:  # run as `python benchmarks/mcp_overhead.py`: find the project's packages
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from bots.app import open_app
+from bots.settings import Settings
+from bots.terminal import TERMINAL_RULES, run_ask
+from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
+from tools.mcp import McpHub
+from tools.mcp_config import McpServerConfig, McpSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = [sys.executable, "-m", "tests.tools.mcp.server_app", "stdio"]
+LIST_WAIT_S = 60.0  # a hang guard for the runs that must wait for a list
+
+
+class EchoParams(BaseModel):
+    text: str
+
+
+class EchoTool(AgentTool[EchoParams]):
+    name = "echo"
+    label = "Echo"
+    description = "Say the text back."
+    parameters = EchoParams
+
+    async def execute(self, call_id: str, params: EchoParams, ctx: ToolContext) -> ToolResult:
+        return ToolResult.text(f"echo: {params.text}")
+
+
+def server(*extra: str) -> McpServerConfig:
+    return McpServerConfig(command=[*SERVER, *extra], cwd=str(ROOT))
+
+
+@dataclass(slots=True)
+class CallTimes:
+    median_ms: float
+    min_ms: float
+    cpu_ms: float  # this process's CPU time per call
+    server_cpu_ms: float  # the server process's, for an MCP tool
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """CPU time (user + system) a process has used, from /proc; 0 where unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def call_times(tool: AnyTool, calls: int, workspace: Path, pid: int | None) -> CallTimes:
+    ctx = ToolContext(call_id="bench", workspace=workspace)
+    params = tool.parameters.model_validate({"text": "hello"})
+    for _ in range(min(50, calls)):  # warm-up
+        await tool.execute("bench", params, ctx)
+    samples = []
+    cpu, server_cpu = time.process_time(), process_cpu_s(pid)
+    for _ in range(calls):
+        began = time.perf_counter()
+        result = await tool.execute("bench", params, ctx)
+        samples.append((time.perf_counter() - began) * 1000)
+        assert result.content, "an empty result"
+    cpu = (time.process_time() - cpu) * 1000 / calls
+    server_cpu = (process_cpu_s(pid) - server_cpu) * 1000 / calls
+    return CallTimes(statistics.median(samples), min(samples), cpu, server_cpu)
+
+
+async def call_overhead(calls: int, workspace: Path) -> tuple[CallTimes, CallTimes]:
+    hub = McpHub(McpSettings(servers={"bench": server()}, first_list_wait_s=LIST_WAIT_S))
+    try:
+        tools = {tool.name: tool for tool in await hub.tools()}
+        pid = hub.servers["bench"].pid
+        mcp = await call_times(tools["bench__echo"], calls, workspace, pid)
+    finally:
+        await hub.aclose()
+    return mcp, await call_times(EchoTool(), calls, workspace, None)
+
+
+async def first_tool_list_s(servers: int) -> float:
+    configs = {f"s{n}": server() for n in range(servers)}
+    hub = McpHub(McpSettings(servers=configs, first_list_wait_s=LIST_WAIT_S))
+    try:
+        began = time.perf_counter()
+        tools = await hub.tools()
+        took = time.perf_counter() - began
+    finally:
+        await hub.aclose()
+    listed = {tool.name.split("__")[0] for tool in tools}
+    assert listed == set(configs), f"only {sorted(listed)} listed"
+    return took
+
+
+async def answer_s(data_dir: Path, mcp: McpSettings) -> float:
+    settings = Settings(data_dir=data_dir, model="scripted", mcp=mcp)
+    out, err = io.StringIO(), io.StringIO()
+    began = time.perf_counter()
+    async with open_app(settings, platform_rules=TERMINAL_RULES) as app:
+        code = await run_ask(app, "bench", "hello", out=out, err=err)
+        took = time.perf_counter() - began  # the answer is out; closing is not waited for
+    assert code == 0 and "scripted model" in out.getvalue(), err.getvalue()
+    return took
+
+
+async def answers(start_delay: float, repeats: int, base: Path) -> dict[str, float]:
+    slow = {"slow": server("--start-delay", str(start_delay))}
+    await answer_s(base / "warm-up", McpSettings())  # imports, first database
+    no_mcp = [answer_s(base / f"none-{n}", McpSettings()) for n in range(repeats)]
+    figures = {"answer_s_no_mcp": statistics.median([await run for run in no_mcp])}
+    cached_dir = base / "cached"
+    filler = McpHub(McpSettings(servers=slow, first_list_wait_s=LIST_WAIT_S), cache_dir=cached_dir)
+    try:
+        await filler.tools()  # what an earlier run left: the slow server's tool list
+    finally:
+        await filler.aclose()
+    cached = [
+        await answer_s(cached_dir, McpSettings(servers=slow, first_list_wait_s=LIST_WAIT_S))
+        for _ in range(repeats)
+    ]
+    figures["answer_s_slow_server_cached"] = statistics.median(cached)
+    first = [await answer_s(base / f"first-{n}", McpSettings(servers=slow)) for n in range(repeats)]
+    figures["answer_s_slow_server_first_time"] = statistics.median(first)
+    return figures
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--servers", type=int, default=5)
+    parser.add_argument("--start-delay", type=float, default=3.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"conditions: python {platform.python_version()} on {platform.machine()}, "
+        f"{os.cpu_count()} cores, load average {load:.1f}; {args.calls} calls per tool "
+        f"(median); {args.servers} stdio servers at once; a slow server starts in "
+        f"{args.start_delay:g} s; answers: scripted model, median of {args.repeats}, "
+        "first_list_wait_s 5 (the default)"
+    )
+    with tempfile.TemporaryDirectory(prefix="mcp-bench-") as scratch:
+        base = Path(scratch)
+        mcp, builtin = await call_overhead(args.calls, base)
+        listed_s = await first_tool_list_s(args.servers)
+        answered = await answers(args.start_delay, args.repeats, base)
+    overhead = mcp.median_ms - builtin.median_ms
+    rows = [
+        (
+            "built-in echo, ms per call: median / min",
+            f"{builtin.median_ms:.3f} / {builtin.min_ms:.3f}",
+        ),
+        (
+            "MCP echo over stdio, ms per call: median / min",
+            f"{mcp.median_ms:.3f} / {mcp.min_ms:.3f}",
+        ),
+        ("MCP call overhead (median), ms; target < 2", f"{overhead:.3f}"),
+        ("MCP call overhead (min), ms", f"{mcp.min_ms - builtin.min_ms:.3f}"),
+        (
+            "CPU per MCP call: Teammate / server process, ms",
+            f"{mcp.cpu_ms:.3f} / {mcp.server_cpu_ms:.3f}",
+        ),
+        (f"first tool list, {args.servers} servers at once, s", f"{listed_s:.3f}"),
+        ("answer, no MCP server, s", f"{answered['answer_s_no_mcp']:.3f}"),
+        (
+            "answer, slow server configured (tools cached), s",
+            f"{answered['answer_s_slow_server_cached']:.3f}",
+        ),
+        (
+            "answer, slow server never listed before, s",
+            f"{answered['answer_s_slow_server_first_time']:.3f}",
+        ),
+    ]
+    print(f"{'measure':<52} {'value':>17}")
+    for label, value in rows:
+        print(f"{label:<52} {value:>17}")
+    figures = {
+        "mcp_call_overhead_ms": round(overhead, 3),
+        f"first_tool_list_s_{args.servers}_servers": round(listed_s, 3),
+        "mcp_call_ms": round(mcp.median_ms, 3),
+        "mcp_call_min_ms": round(mcp.min_ms, 3),
+        "builtin_call_ms": round(builtin.median_ms, 4),
+        "mcp_call_cpu_ms": round(mcp.cpu_ms, 3),
+        "mcp_server_cpu_ms": round(mcp.server_cpu_ms, 3),
+        **{key: round(value, 3) for key, value in answered.items()},
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
