@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import libcst
+import libcst.metadata
 from mutmut.mutation.file_mutation import Mutation, create_mutations
 
 T = TypeVar("T")
@@ -119,11 +120,14 @@ def generate(
     max_count: int,
     seed: int,
     keep: Callable[[Mutant], bool] | None = None,
+    near_lines: set[int] | None = None,
 ) -> tuple[int, list[Mutant]]:
     """How many mutants mutmut makes inside the functions of `source`, and all of them or a
     seeded sample of `max_count` (in file order), each as a whole mutated file. The seed is
     mixed with the file's name so adding a file does not change another file's sample.
-    `keep` picks mutants by their description (before sampling)."""
+    `keep` picks mutants by their description (before sampling); `near_lines`, when given,
+    renders only the mutations whose node spans one of those lines (a rerun's survivors), since
+    rendering every mutant of a large file takes minutes."""
     module, mutations, _classes, _functions = create_mutations(file, source)
     parents = parent_map(module)
     avoided = avoided_nodes(module)
@@ -136,6 +140,18 @@ def generate(
         and not is_avoided(mutation, avoided)
     ]
     total = len(inside)
+    if near_lines is not None:
+        wrapper = libcst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
+        spans = wrapper.resolve(libcst.metadata.PositionProvider)
+        inside = [
+            (index, mutation)
+            for index, mutation in inside
+            if any(
+                spans[mutation.original_node].start.line <= line
+                and line <= spans[mutation.original_node].end.line
+                for line in near_lines
+            )
+        ]
     if keep is not None:  # by description, so every mutant is rendered first (slow)
         rendered = [
             _render(file, module, source, index, mutation, parents) for index, mutation in inside
@@ -714,7 +730,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampled: list[Mutant] = []
         for file in files:
             source = (ROOT / file).read_text(encoding="utf-8")
-            generated[file], mutants = generate(file, source, args.max_per_file, args.seed, keep)
+            near = None
+            if rerun is not None:  # only the survivors' lines need rendering
+                near = {
+                    int(place.rpartition(":")[2])
+                    for place, _ in rerun
+                    if place.startswith(f"{file}:")
+                }
+            generated[file], mutants = generate(
+                file, source, args.max_per_file, args.seed, keep, near
+            )
             sampled += mutants
         os.chdir(ROOT)
         if args.list:

@@ -218,3 +218,13 @@ def test_a_statement_over_several_lines_is_one_span_for_the_tests_that_run_it() 
         "        return 1\n"  # 7
     )
     assert simple_statement_spans(source) == [(2, 5)]
+
+
+def test_a_rerun_renders_only_the_mutants_on_its_survivors_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["m.py"]\n')
+    monkeypatch.chdir(tmp_path)
+    _total, every = generate("m.py", SOURCE, max_count=1_000, seed=1)
+    _total, near = generate("m.py", SOURCE, 1_000, 1, lambda m: True, near_lines={4})
+    assert near and [m.mutation for m in near] == [m.mutation for m in every if m.line == 4]

@@ -466,3 +466,19 @@ async def test_a_run_read_back_is_the_run_that_was_started(tmp_path: Path) -> No
             )
             assert run.surface_ref == {"ts": "1.2"}
         assert (finished.outcome, finished.finished_at) == ("done", T0 + 3)
+
+
+async def test_a_stored_configuration_that_is_not_an_object_is_refused_with_a_short_excerpt(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "w.db"
+    async with SqliteStore.open(path) as store:
+        await store.set_channel_config("c", {"model": "m"}, by="U1")
+    stored = "[" + ", ".join(str(n) for n in range(100)) + "]"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("UPDATE channel_config SET config = ?", (stored,))
+        db.commit()
+    async with SqliteStore.open(path) as store:
+        with pytest.raises(SchemaError) as refused:
+            await store.get_channel_config("c")
+    assert str(refused.value) == (f"a stored configuration is not a JSON object: {stored[:80]!r}")
