@@ -475,16 +475,19 @@ def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> 
         )
     data = CoverageData(basename=str(data_file))
     data.read()
+    seconds: dict[str, float] = json.loads(durations.read_text(encoding="utf-8"))
     tests_by_line: dict[str, dict[int, set[str]]] = {}
     for file in files:
         by_line = data.contexts_by_lineno(str(copy / file))
         tests_by_line[file] = {
             line: {context for context in contexts if context} for line, contexts in by_line.items()
         }
-        # Lines run only while the module was imported (class bodies, dataclass defaults) are
-        # in effect for every test that uses the module, not only for the one that happened
-        # to import it first (a lazy import inside a test records that test alone).
-        users: set[str] = set().union(*tests_by_line[file].values())
+        # Lines run only while the module was imported (class bodies, enum values, defaults)
+        # are in effect for every test, not only for the one that happened to import it first
+        # (a lazy import inside a test records that test alone); a test may read an enum's
+        # values without running any line of the module, so "the tests that ran a line of
+        # this file" is not enough either.
+        users: set[str] = set(seconds) | set().union(*tests_by_line[file].values())
         source = (copy / file).read_text(encoding="utf-8")
         in_functions = function_body_lines(source)
         # A line inside a long statement (a string of SQL continued over 20 lines) has no
@@ -496,7 +499,6 @@ def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> 
         for line, ran in tests_by_line[file].items():
             if not ran or line not in in_functions:
                 ran.update(users)
-    seconds: dict[str, float] = json.loads(durations.read_text(encoding="utf-8"))
     return Coverage(tests_by_line, seconds)
 
 
