@@ -52,7 +52,7 @@ async def test_three_instances_on_postgresql_take_over_a_killed_one(
             seed=24,
             database_url=pg_server.schema_url(schema),
             plan=["posting", "between"],
-            posting=("chat.startStream", True),  # the stream begun, its ts not yet known
+            posting=("chat.stopStream", False),  # the end of the answer, not yet shown
         )
     finally:
         await pg_server.drop_schema(schema)
