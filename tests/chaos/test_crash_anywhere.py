@@ -3,8 +3,9 @@ moments of an answer and restarted (`tests/chaos/crash_harness.py` says how and 
 checked); `benchmarks/chaos.py` does the same 50+ times per backend.
 
 The five runs hit five different moments (the seeds pick where within each): the final
-stream, the ack-to-accept window and the tool on SQLite; a Web API write and the model request
-after the tool on PostgreSQL, where the two other instances take the conversation over.
+stream, the ack-to-accept window and the tool on SQLite; the tool and the model request after
+it on PostgreSQL, where the two other instances take the conversation over (a posting kill
+there sometimes finds no such write in the thread: see benchmarks/chaos.py's "missed").
 """
 
 from __future__ import annotations
@@ -51,12 +52,11 @@ async def test_three_instances_on_postgresql_take_over_a_killed_one(
             2,
             seed=24,
             database_url=pg_server.schema_url(schema),
-            plan=["posting", "between"],
-            posting=("chat.startStream", True),  # the stream begun, its ts not yet known
+            plan=["tool", "between"],
         )
     finally:
         await pg_server.drop_schema(schema)
-    check(report, ["posting", "between"])
+    check(report, ["tool", "between"])
 
 
 async def test_killed_while_the_end_of_an_answer_was_being_posted_it_is_shown_after_restart() -> (
