@@ -11,45 +11,13 @@ Must not: import `tools` or `bots`; return rows.
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncpg
 
 from storage.base import MemoryFull, MemoryNote, Schedule, TooManySchedules
+from storage.memory_rows import NOTE_COLUMNS, SCHEDULE_COLUMNS, note_from, schedule_from
 
-NOTE_COLUMNS = "id, channel_key, text, created_by, created_at"
-SCHEDULE_COLUMNS = (
-    "id, channel_key, prompt, cron, timezone, state, next_run_at, last_run_at, "
-    "created_by, created_by_name, created_at"
-)
 # The first key of the advisory locks taken here ("Tmem"): apart from anyone else's.
 _LOCK_CLASS = 0x546D656D
-
-
-def note_from(row: Any) -> MemoryNote:
-    return MemoryNote(
-        id=int(row[0]),
-        channel_key=str(row[1]),
-        text=str(row[2]),
-        created_by=None if row[3] is None else str(row[3]),
-        created_at=float(row[4]),
-    )
-
-
-def schedule_from(row: Any) -> Schedule:
-    return Schedule(
-        id=int(row[0]),
-        channel_key=str(row[1]),
-        prompt=str(row[2]),
-        cron=None if row[3] is None else str(row[3]),
-        timezone=str(row[4]),
-        state=row[5],
-        next_run_at=None if row[6] is None else float(row[6]),
-        last_run_at=None if row[7] is None else float(row[7]),
-        created_by=str(row[8]),
-        created_by_name=str(row[9]),
-        created_at=float(row[10]),
-    )
 
 
 async def _lock_channel(connection: asyncpg.Connection, channel_key: str) -> None:

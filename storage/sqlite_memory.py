@@ -11,43 +11,10 @@ Must not: open connections or transactions; import `tools` or `bots`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from storage.base import MemoryFull, MemoryNote, Schedule, TooManySchedules
 from storage.batching import Op
+from storage.memory_rows import NOTE_COLUMNS, SCHEDULE_COLUMNS, note_from, schedule_from
 from storage.sqlite_ops import Db, fetchall, fetchone
-
-NOTE_COLUMNS = "id, channel_key, text, created_by, created_at"
-SCHEDULE_COLUMNS = (
-    "id, channel_key, prompt, cron, timezone, state, next_run_at, last_run_at, "
-    "created_by, created_by_name, created_at"
-)
-
-
-def note_from(row: Any) -> MemoryNote:
-    return MemoryNote(
-        id=int(row[0]),
-        channel_key=str(row[1]),
-        text=str(row[2]),
-        created_by=None if row[3] is None else str(row[3]),
-        created_at=float(row[4]),
-    )
-
-
-def schedule_from(row: Any) -> Schedule:
-    return Schedule(
-        id=int(row[0]),
-        channel_key=str(row[1]),
-        prompt=str(row[2]),
-        cron=None if row[3] is None else str(row[3]),
-        timezone=str(row[4]),
-        state=row[5],
-        next_run_at=None if row[6] is None else float(row[6]),
-        last_run_at=None if row[7] is None else float(row[7]),
-        created_by=str(row[8]),
-        created_by_name=str(row[9]),
-        created_at=float(row[10]),
-    )
 
 
 async def read_notes(db: Db, channel_key: str) -> list[MemoryNote]:

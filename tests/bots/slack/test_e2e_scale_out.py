@@ -12,9 +12,9 @@ Slack finally shows:
   conversation reach that run.
 
 The kill lands after the held message was accepted (it is inside a tool call), and between
-rounds of traffic: a process killed between acknowledging an event and accepting it loses that
-event (Slack does not redeliver an acknowledged event: docs/architecture.md, "Slack"), so
-exactly-once cannot be asked of a kill inside that window.
+rounds of traffic. A kill between acknowledging an event and accepting it is covered by the
+event journal (`bots/slack/journal.py`), replayed when that instance starts again:
+tests/chaos/test_slack_ack_window.py.
 """
 
 from __future__ import annotations
