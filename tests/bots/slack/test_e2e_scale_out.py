@@ -232,7 +232,13 @@ async def _many_threads(cluster: Cluster, threads: int, per_thread: int) -> None
     await cluster.wait(lambda: cluster.interruptions(held_ts) >= 1)
     follow = _mention(cluster, "tok:held-1", thread_ts=held_ts)
     await deliver(follow, [0, 1])
-    await cluster.wait(lambda: "held-1" in cluster.answers(held_ts))
+    # Finished, not only shown (as in `one`): the run is closed once its end is shown.
+    await cluster.wait(
+        lambda: (
+            "held-1" in cluster.answers(held_ts)
+            and DONE_REACTION in cluster.fake.reactions(CHANNEL, follow["ts"])
+        )
+    )
 
     for root, tokens in expected.items():
         assert cluster.answers(root) == tokens, f"thread {root}"
