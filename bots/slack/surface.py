@@ -668,6 +668,12 @@ class SlackSurface:
                             channel=self._channel,
                             ts=target,
                         )
+            if self._recovered:
+                # The run that died (or lost its lease to this instance) may have posted this
+                # part before its run was closed: shown again in place, never twice.
+                posted = await self._find_posted(f"answer:{index}")
+                if posted is not None and await self._update(posted, message):
+                    continue
             await self._post_once(message, part=f"answer:{index}")
         if stream_ts is not None and progress_ts is not None:
             await self._finish_progress(progress_ts, attachments)

@@ -490,3 +490,28 @@ async def test_a_stream_still_going_after_two_activity_delays_gets_its_stop_butt
     [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
     assert answer["text"] == "Streaming along, still going"
     assert len(fake_slack.deleted) == 1 and has_stop(fake_slack.deleted[0])
+
+
+async def test_an_answer_already_posted_is_not_posted_again_by_recovery(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # A run's answer posted, then its process died (or lost its lease) before the run was
+    # closed: whoever recovers it shows that answer where it is, not a second time.
+    surface, question = make_surface(
+        slack_client, fake_slack, streaming=False, working_delay_s=3600
+    )
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("The answer."))
+    await surface.emit(reply.end())
+    await surface.emit(finished("The answer."))
+    await surface.close()
+    [posted] = fake_slack.bot_replies(CHANNEL, question["ts"])
+
+    recovered = SlackSurface.from_ref(slack_client, surface.ref)
+    assert recovered is not None
+    await recovered.emit(finished("The answer."))
+    await recovered.close()
+    [shown] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert shown["ts"] == posted["ts"] and markdown_of(shown) == "The answer."
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
