@@ -289,20 +289,32 @@ class McpServer:
 
         Raises `McpUnavailable` or `McpCallFailed` with a text for the model; returns the
         result as the server sent it (the caller bounds it)."""
-        timeout_s = self.config.call_timeout_s
-        stopped = asyncio.ensure_future(signal.wait())
-        work = asyncio.ensure_future(self._call(tool, arguments, timeout_s))
-        try:
-            await asyncio.wait([work, stopped], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-            if not work.done():
-                work.cancel()
-                with contextlib.suppress(BaseException):
-                    await work
-        if work.cancelled():
+        if signal.cancelled:
             raise McpCallFailed(f"The call was stopped: {signal.reason or 'cancelled'}.")
-        return work.result()
+        # The call runs in the caller's task (a task per call would cost two task switches);
+        # a small watcher cancels it if the run's signal is set, and the cancel is turned
+        # into the model's message here.
+        task = asyncio.current_task()
+        assert task is not None
+        active, fired = True, False
+
+        def stop(waited: asyncio.Future[None]) -> None:
+            nonlocal fired
+            if active and not waited.cancelled():  # not once the call has returned
+                fired = True
+                task.cancel()
+
+        stopped = asyncio.ensure_future(signal.wait())
+        stopped.add_done_callback(stop)
+        try:
+            return await self._call(tool, arguments, self.config.call_timeout_s)
+        except asyncio.CancelledError:
+            if not fired or task.uncancel() > 0:
+                raise  # cancelled from outside as well: not ours to swallow
+            raise McpCallFailed(f"The call was stopped: {signal.reason or 'cancelled'}.") from None
+        finally:
+            active = False
+            stopped.cancel()
 
     async def _call(
         self, tool: str, arguments: dict[str, Any], timeout_s: float

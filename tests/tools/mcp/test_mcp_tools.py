@@ -182,6 +182,52 @@ async def test_a_call_observes_the_runs_cancel_signal() -> None:
         await server.aclose()
 
 
+async def test_calls_at_once_each_get_their_own_answer() -> None:
+    # Requests are written from the callers' tasks and answers read by the session's one
+    # receive loop: no answer may reach the wrong caller, none may be lost.
+    server = McpServer("local", local_server(), environ={})
+    try:
+        assert await server.wait_ready(START_GUARD_S)
+        texts = [f"call {n}" for n in range(40)]
+        answers = await asyncio.gather(
+            *(server.call("echo", {"text": text}, signal=CancelSignal()) for text in texts)
+        )
+        assert [a.content[0] for a in answers] == [
+            mcp_types.TextContent(type="text", text=f"echo: {text}") for text in texts
+        ]
+    finally:
+        await server.aclose()
+
+
+async def test_a_call_cancelled_from_outside_stays_cancelled_and_the_server_answers_on() -> None:
+    # The loop cancels a tool's task when a run stops: that must not be turned into a result.
+    server = McpServer("local", local_server(), environ={})
+    try:
+        assert await server.wait_ready(START_GUARD_S)
+        call = asyncio.ensure_future(server.call("hang", {}, signal=CancelSignal()))
+        await asyncio.sleep(0.05)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        answer = await server.call("echo", {"text": "on"}, signal=CancelSignal())
+        assert answer.content[0] == mcp_types.TextContent(type="text", text="echo: on")
+        assert server.starts == 1
+    finally:
+        await server.aclose()
+
+
+async def test_a_server_that_closes_its_input_is_stopped_with_a_reason() -> None:
+    # It reads no request: without this, its start (or a call) would wait for its deadline.
+    closes = "import os, time; time.sleep(0.3); os.close(0); time.sleep(60)"
+    config = McpServerConfig(command=[sys.executable, "-c", closes], start_timeout_s=100)
+    server = McpServer("deaf", config, environ={})
+    try:
+        assert not await server.wait_ready(START_GUARD_S)
+        assert server.last_error == "it closed its input"
+    finally:
+        await server.aclose()
+
+
 async def test_a_server_that_cannot_start_backs_off_and_says_when_it_retries() -> None:
     now = [100.0]
     config = McpServerConfig(command=["/nonexistent/mcp-server"])
