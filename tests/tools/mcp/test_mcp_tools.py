@@ -228,6 +228,54 @@ async def test_a_server_that_closes_its_input_is_stopped_with_a_reason() -> None
         await server.aclose()
 
 
+async def until(condition: Any, what: str) -> None:
+    """Wait for `condition()` (a hang guard, not a speed check)."""
+    for _ in range(int(START_GUARD_S / 0.05)):
+        if await condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never seen: {what}")
+
+
+async def test_a_server_that_changes_its_tools_is_listed_again_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    settings = McpSettings(servers={"local": local_server()}, first_list_wait_s=START_GUARD_S)
+    hub = McpHub(settings, cache_dir=tmp_path, environ={})
+    server = hub.servers["local"]
+    ctx = ToolContext(call_id="c", workspace=tmp_path)
+    try:
+        tools = {tool.name: tool for tool in await hub.tools()}
+        assert "local__fresh" not in tools
+        learn = tools["local__learn"]
+        await learn.execute("c", learn.parameters.model_validate({"name": "fresh"}), ctx)
+
+        async def fresh_listed() -> bool:
+            return "local__fresh" in {tool.name for tool in await hub.tools()}
+
+        await until(fresh_listed, "the new tool")
+        fresh = {tool.name: tool for tool in await hub.tools()}["local__fresh"]
+        result = await fresh.execute("c", fresh.parameters.model_validate({}), ctx)
+        assert result.content == [Text(text="learned fresh")]
+        assert server.starts == 1 and server.relists == 1  # listed again, not reconnected
+        cached = json.loads((tmp_path / "mcp-tools.json").read_text())["local"]["tools"]
+        assert "local__fresh" in [tool["name"] for tool in cached]  # a new process knows it
+
+        # A burst of announcements costs one list, not one each.
+        many = {"name": "burst", "count": 20}
+        await learn.execute("c", learn.parameters.model_validate(many), ctx)
+
+        async def burst_listed() -> bool:
+            names = {tool.name for tool in await hub.tools()}
+            return {f"local__burst_{n}" for n in range(20)} <= names
+
+        await until(burst_listed, "the burst's tools")
+        assert 2 <= server.relists < 1 + 20
+        assert server.starts == 1
+    finally:
+        await hub.aclose()
+
+
 async def test_a_server_that_cannot_start_backs_off_and_says_when_it_retries() -> None:
     now = [100.0]
     config = McpServerConfig(command=["/nonexistent/mcp-server"])
