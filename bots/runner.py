@@ -26,6 +26,7 @@ from bots import compaction
 from bots.access import access_refusal
 from bots.attachments import files_out, user_message
 from bots.budgets import budget_refusal
+from bots.channel_config import keeps_tool
 from bots.errors import (
     describe_model_error,
     is_storage_failure,
@@ -619,7 +620,7 @@ class ConversationRunner:
         made = self._toolset_factory(conversation.channel_key)
         tools = list(await made if inspect.isawaitable(made) else made)
         if overrides.tools is not None:  # narrows only: never grants a tool
-            tools = [tool for tool in tools if tool.name in overrides.tools]
+            tools = [tool for tool in tools if keeps_tool(overrides.tools, tool)]
         if self._channel_tools is not None:
             tools += self._channel_tools(conversation.channel_key)
         prompt = self._system_prompt(conversation.channel_key, tools, overrides.system_prompt)
