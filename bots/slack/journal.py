@@ -12,24 +12,27 @@ idempotent: the message's delivery ids are claimed in the accepting transaction,
 replayed after it was accepted is a duplicate and dropped.
 
 Owns: `EventJournal`: this process's file (`<dir>/<host>-<pid>-<start>.jsonl`, a header line
-naming its owner), group commit (events arriving together share one fsync), truncation once
-every event in it is done, and adopting what dead processes left (`adopt_orphans`: their
+naming its owner), group commit (the events that arrive while one fsync runs share the
+next, written by the journal's own thread: see `_Writer`), truncation once every event in
+it is done, and adopting what dead processes left (`adopt_orphans`: their
 undone events are re-recorded here, then their file is removed). A file whose owner is a live
 process on this host is never touched; one from another host (a shared data directory) is
 adopted once it has not changed for `ORPHAN_AGE_S`.
 
 Must not: know what an event means (the listeners do), or block the event loop (file work
-runs in a thread).
+runs in the journal's thread).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,13 +66,9 @@ class EventJournal:
         owner = f"{OWNER['host']}-{OWNER['pid']}-{OWNER['start']}"
         self.path = directory / (_UNSAFE.sub("_", owner) + ".jsonl")
         self._ids = itertools.count(1)
-        self._buffer: list[str] = []
-        self._appended = 0  # lines handed to the buffer so far
-        self._written = 0  # lines on disk (and fsynced, if a record was among them)
         self._outstanding: set[int] = set()
-        self._lock = asyncio.Lock()
-        self._file: Any = None
         self._closed = False
+        self._writer: _Writer | None = None
 
     @property
     def outstanding(self) -> int:
@@ -77,19 +76,15 @@ class EventJournal:
         return len(self._outstanding)
 
     async def open(self) -> None:
-        if self._file is None:
-            self._file = await asyncio.to_thread(self._open_file)
+        await self._started().submit(None, durable=True)
 
     async def close(self) -> None:
-        """Close the file; remove it if every event in it is done (else the next start
-        adopts it)."""
+        """Write what is queued and close the file; remove it if every event in it is done
+        (else the next start adopts it)."""
         self._closed = True
-        async with self._lock:
-            if self._file is not None:
-                file, self._file = self._file, None
-                await asyncio.to_thread(file.close)
-                if not self._outstanding:
-                    await asyncio.to_thread(self.path.unlink, missing_ok=True)
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.stop(remove=not self._outstanding)
 
     async def record(self, kind: str, body: dict[str, Any], *, attempt: int = 1) -> int:
         """Write the event down; returns once it is on disk (fsynced): acknowledge after."""
@@ -100,10 +95,8 @@ class EventJournal:
             ensure_ascii=False,
         )
         self._outstanding.add(entry)  # with the line, no await between: truncation sees both
-        self._buffer.append(line + "\n")
-        self._appended += 1
         try:
-            await self._flush(self._appended, sync=True)
+            await self._started().submit(line + "\n", durable=True)
         except BaseException:
             self._outstanding.discard(entry)
             raise
@@ -111,13 +104,20 @@ class EventJournal:
 
     async def done(self, entry: int) -> None:
         """The event's work is over (answered, a duplicate, ignored): never replay it. Not
-        fsynced: a lost "done" only replays an event the store then drops as a duplicate."""
+        fsynced, not waited for: a lost "done" only replays an event the store then drops as
+        a duplicate."""
         if entry not in self._outstanding or self._closed:
             return
         self._outstanding.discard(entry)
-        self._buffer.append(json.dumps({"done": entry}) + "\n")
-        self._appended += 1
-        await self._flush(self._appended, sync=False)
+        writer = self._started()
+        writer.append(json.dumps({"done": entry}) + "\n")
+        if not self._outstanding:
+            writer.append(_MAY_TRUNCATE)  # everything queued before it is done
+
+    def _started(self) -> _Writer:
+        if self._writer is None:
+            self._writer = _Writer(self.directory, self.path, asyncio.get_running_loop())
+        return self._writer
 
     async def adopt_orphans(self) -> list[Replay]:
         """The undone events of dead processes' journals, recorded in this one (durably)
@@ -145,42 +145,6 @@ class EventJournal:
 
     # -- file work, in a thread --------------------------------------------------------------
 
-    async def _flush(self, upto: int, *, sync: bool) -> None:
-        """Group commit: whoever holds the lock writes every line buffered so far."""
-        async with self._lock:
-            if self._written >= upto:
-                return
-            if self._file is None:
-                self._file = await asyncio.to_thread(self._open_file)
-            lines, self._buffer = self._buffer, []
-            count = self._appended
-            truncate = not self._outstanding
-            await asyncio.to_thread(self._write, lines, sync, truncate)
-            self._written = count
-
-    def _open_file(self) -> Any:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open; closed in close)
-        if file.tell() == 0:
-            file.write(json.dumps({"owner": OWNER}) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-            _fsync_directory(self.directory)
-        return file
-
-    def _write(self, lines: list[str], sync: bool, truncate: bool) -> None:
-        file = self._file
-        if truncate and file.tell() >= TRUNCATE_AT_BYTES:
-            # Everything in it is done (and nothing is buffered but "done" lines).
-            file.seek(0)
-            file.truncate()
-            file.write(json.dumps({"owner": OWNER}) + "\n")
-            lines = []
-        file.write("".join(lines))
-        file.flush()
-        if sync:
-            os.fsync(file.fileno())
-
     def _orphan_files(self) -> list[Path]:
         if not self.directory.is_dir():
             return []
@@ -202,6 +166,126 @@ class EventJournal:
                     continue
             found.append(path)
         return found
+
+
+_MAY_TRUNCATE = object()  # queued when the last outstanding event is done
+_STOP = object()
+
+
+class _Writer:
+    """The journal's own thread: it takes everything queued since its last write, writes it,
+    fsyncs once if a record is among it, and wakes that write's records in one callback on
+    the event loop. Why a thread of its own: group commit then needs no turn of the event
+    loop between two fsyncs (a busy loop's turn is long under a flood), no lock that wakes
+    its waiters one turn at a time, and no place in the shared thread pool's queue."""
+
+    def __init__(self, directory: Path, path: Path, loop: asyncio.AbstractEventLoop) -> None:
+        self._directory = directory
+        self._path = path
+        self._loop = loop
+        self._queue: list[object] = []  # lines, futures (fsync, then wake), markers
+        self._ready = threading.Condition()
+        self._file: Any = None
+        self._torn = False  # a write failed part-way: start the next on a fresh line
+        self._remove = False
+        self._stopped: asyncio.Future[None] = loop.create_future()
+        self._thread = threading.Thread(target=self._run, name="slack-journal", daemon=True)
+        self._thread.start()
+
+    def append(self, item: object) -> None:
+        with self._ready:
+            self._queue.append(item)
+            self._ready.notify()
+
+    async def submit(self, line: str | None, *, durable: bool) -> None:
+        """Queue `line`; with `durable`, return once it (and all before it) is fsynced."""
+        synced: asyncio.Future[None] = self._loop.create_future()
+        with self._ready:
+            if line is not None:
+                self._queue.append(line)
+            if durable:
+                self._queue.append(synced)
+            self._ready.notify()
+        if durable:
+            await synced
+
+    async def stop(self, *, remove: bool) -> None:
+        with self._ready:
+            self._remove = remove
+            self._queue.append(_STOP)
+            self._ready.notify()
+        await asyncio.shield(self._stopped)
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            with self._ready:
+                while not self._queue:
+                    self._ready.wait()
+                batch, self._queue = self._queue, []
+            stopping = _STOP in batch
+            waiters = [item for item in batch if isinstance(item, asyncio.Future)]
+            error: BaseException | None = None
+            try:
+                self._write(batch, sync=bool(waiters))
+            except Exception as exc:  # disk full, read-only: these events are refused
+                self._torn = True
+                error = exc
+            self._wake(waiters, error)
+        error = None
+        try:
+            if self._file is not None:
+                self._file.close()
+            if self._remove:
+                self._path.unlink(missing_ok=True)
+        except OSError as exc:
+            error = exc
+        self._wake([self._stopped], error)
+
+    def _wake(self, waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
+        if not waiters:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            self._loop.call_soon_threadsafe(_settle, waiters, error)
+
+    def _write(self, batch: list[object], *, sync: bool) -> None:
+        file = self._file
+        if file is None:
+            file = self._file = self._open_file()
+        parts: list[str] = ["\n"] if self._torn else []
+        for item in batch:
+            if isinstance(item, str):
+                parts.append(item)
+            elif item is _MAY_TRUNCATE and file.tell() + sum(map(len, parts)) >= TRUNCATE_AT_BYTES:
+                # Every event queued before the marker is done: drop all of it.
+                file.seek(0)
+                file.truncate()
+                parts = [json.dumps({"owner": OWNER}) + "\n"]
+        file.write("".join(parts))
+        file.flush()
+        self._torn = False
+        if sync:
+            os.fsync(file.fileno())
+
+    def _open_file(self) -> Any:
+        self._directory.mkdir(parents=True, exist_ok=True)
+        file = open(self._path, "a", encoding="utf-8")  # noqa: SIM115 (kept open; closed in _run)
+        if file.tell() == 0:
+            file.write(json.dumps({"owner": OWNER}) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+            _fsync_directory(self._directory)
+        return file
+
+
+def _settle(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for waiter in waiters:
+        if waiter.done():
+            continue  # its record was cancelled (refused): it is written all the same
+        if error is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(error)
 
 
 def _owner_of(path: Path) -> dict[str, object] | None:
