@@ -56,6 +56,7 @@ class Instances:
         self.lease_ttl_s = lease_ttl_s
         self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._held: set[int] = set()
+        self._taken_over: set[int] = set()  # held leases taken from an expired holder
         # When each held lease was (last) taken: a lease taken while a renewal is on its way
         # was not in that renewal, and is not lost for it.
         self._taken: dict[int, int] = {}
@@ -79,19 +80,31 @@ class Instances:
             "ELSE clock_timestamp() END "
             "WHERE conversation_leases.holder = EXCLUDED.holder "
             "OR conversation_leases.expires_at < clock_timestamp() "
-            "RETURNING true",
+            # xmax is 0 for a row just inserted, not for one updated: a row there already
+            # and not ours was another holder's, expired (a released lease has no row).
+            "RETURNING xmax <> 0",
             conversation_id,
             self.instance_id,
             self.lease_ttl_s,
         )
-        if got:
+        if got is not None:
+            if got and conversation_id not in self._held:
+                self._taken_over.add(conversation_id)
+            else:
+                self._taken_over.discard(conversation_id)
             self._held.add(conversation_id)
             self._taken[conversation_id] = next(self._takings)
             self._start_heartbeat()
-        return bool(got)
+        return got is not None
+
+    def took_over(self, conversation_id: int) -> bool:
+        """True if the lease this instance holds was taken from another holder whose lease had
+        expired (that holder died or stalled: its runs there may still be open)."""
+        return conversation_id in self._taken_over and conversation_id in self._held
 
     async def release(self, conversation_id: int) -> None:
         self._held.discard(conversation_id)
+        self._taken_over.discard(conversation_id)
         self._taken.pop(conversation_id, None)
         await self._pool.execute(
             "DELETE FROM conversation_leases WHERE conversation_id = $1 AND holder = $2",
