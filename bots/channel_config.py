@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -27,7 +28,6 @@ from bots.settings import ChannelConfig, Settings
 from core.models.catalog import ANTHROPIC_MODELS, anthropic_model_spec
 from core.tools import AnyTool
 from storage.base import ConversationStore, UsageSummary
-from tools.mcp_tools import McpTool
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def mcp_servers(settings: Settings, channel_key: str) -> list[str]:
 
 def keeps_tool(stored: Collection[str], tool: AnyTool) -> bool:
     """Whether a stored tool list keeps `tool`: it names the tool, or the MCP server it is of."""
-    return tool.name in stored or (isinstance(tool, McpTool) and tool.server.name in stored)
+    return tool.name in stored or _mcp_server_of(tool) in stored
 
 
 def _allowed(name: str, allowed: Collection[str], servers: Collection[str]) -> bool:
@@ -277,3 +277,13 @@ def _quote(text: str) -> str:
 
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _mcp_server_of(tool: AnyTool) -> str | None:
+    """The MCP server a tool comes from (None for ours). Without importing the MCP SDK: an
+    MCP tool exists only once `tools.mcp_tools` was imported, and a process with no MCP
+    server configured never imports it."""
+    module = sys.modules.get("tools.mcp_tools")
+    if module is not None and isinstance(tool, module.McpTool):
+        return str(tool.server.name)
+    return None
