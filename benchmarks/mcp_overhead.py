@@ -230,7 +230,7 @@ async def main() -> None:
             f"{builtin.median_ms:.3f} / {builtin.min_ms:.3f}",
         ),
         (
-            "MCP echo, SDK server, ms per call: median / min",
+            "MCP echo over stdio, SDK server, ms per call: median / min",
             f"{mcp.median_ms:.3f} / {mcp.min_ms:.3f}",
         ),
         ("MCP call overhead, SDK server (median), ms; target < 2", f"{overhead:.3f}"),
@@ -240,7 +240,7 @@ async def main() -> None:
             f"{mcp.cpu_ms:.3f} / {mcp.server_cpu_ms:.3f}",
         ),
         (
-            "MCP echo, minimal server, ms per call: median / min",
+            "MCP echo over stdio, minimal server, ms per call: median / min",
             f"{minimal.median_ms:.3f} / {minimal.min_ms:.3f}",
         ),
         ("MCP call overhead, minimal server (client's share), ms", f"{client_overhead:.3f}"),
@@ -259,9 +259,9 @@ async def main() -> None:
             f"{answered['answer_s_slow_server_first_time']:.3f}",
         ),
     ]
-    print(f"{'measure':<56} {'value':>17}")
+    print(f"{'measure':<64} {'value':>17}")
     for label, value in rows:
-        print(f"{label:<56} {value:>17}")
+        print(f"{label:<64} {value:>17}")
     figures = {
         "mcp_call_overhead_ms": round(overhead, 3),
         "mcp_call_overhead_ms_minimal_server": round(client_overhead, 3),
