@@ -1,23 +1,25 @@
-"""The journal of Slack events acknowledged but not yet handed to the runner.
+"""The journal of platform events acknowledged but not yet handed to the runner: Slack's
+events (`bots.slack.listeners`) and Discord's `/ask` (`bots.discord.bot`: deferred only once
+written down, the defer being its acknowledgement).
 
-Why: Slack never delivers an acknowledged event again, and between the acknowledgement and
-the store's accepting transaction lies slow work (the author's name, file downloads, the
-thread's backfill: Web API calls that can take longer than Slack's 3 seconds together). A
-process killed there would lose the message. Two ways out: accept before acknowledging (but
-the accept needs that slow work, so the ack could miss its 3 s), or write the raw event down
-durably before acknowledging and replay it after a crash. This is the second: one fsynced
-line per event, the ack sent after it (the listener returns once `record` has returned), a
-"done" line once the event's work is over. Replaying is safe because accepting is
-idempotent: the message's delivery ids are claimed in the accepting transaction, so an event
-replayed after it was accepted is a duplicate and dropped.
+Why (Slack's case): Slack never delivers an acknowledged event again, and between the
+acknowledgement and the store's accepting transaction lies slow work (the author's name,
+file downloads, the thread's backfill: Web API calls that can take longer than Slack's 3
+seconds together). A process killed there would lose the message. Two ways out: accept
+before acknowledging (but the accept needs that slow work, so the ack could miss its 3 s),
+or write the raw event down durably before acknowledging and replay it after a crash. This
+is the second: one fsynced line per event, the ack sent after it (the listener returns once
+`record` has returned), a "done" line once the event's work is over. Replaying is safe
+because accepting is idempotent: the message's delivery ids are claimed in the accepting
+transaction, so an event replayed after it was accepted is a duplicate and dropped.
 
-Owns: `EventJournal`: this process's file (`<dir>/<host>-<pid>-<start>.jsonl`, a header line
-naming its owner), group commit (the events that arrive while one fsync runs share the
+Owns: `EventJournal`: this journal's file (`<dir>/<host>-<pid>-<start>-<n>.jsonl`, a header
+line naming its owner), group commit (the events that arrive while one fsync runs share the
 next, written by the journal's own thread: see `_Writer`), truncation once every event in
-it is done, and adopting what dead processes left (`adopt_orphans`: their
-undone events are re-recorded here, then their file is removed). A file whose owner is a live
-process on this host is never touched; one from another host (a shared data directory) is
-adopted once it has not changed for `ORPHAN_AGE_S`.
+it is done, and adopting what dead processes left (`adopt_orphans`: their undone events are
+re-recorded here, then their file is removed). A file whose owner is a live process on this
+host is never touched; one from another host (a shared data directory) is adopted once it
+has not changed for `ORPHAN_AGE_S`.
 
 Must not: know what an event means (the listeners do), or block the event loop (file work
 runs in the journal's thread).
@@ -47,6 +49,7 @@ TRUNCATE_AT_BYTES = 1024 * 1024  # rewritten once everything in it is done and i
 MAX_LINE_BYTES = 8 * 1024 * 1024  # an event body is at most 4 MB (the HTTP server's limit)
 MAX_ATTEMPTS = 3  # an event whose work crashed the process this often is given up
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.]")
+_JOURNALS = itertools.count(1)
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,7 +66,9 @@ class EventJournal:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        owner = f"{OWNER['host']}-{OWNER['pid']}-{OWNER['start']}"
+        # One file per journal (a process may have several: shards, tests): the header names
+        # the owner, so another journal of a live owner is never adopted.
+        owner = f"{OWNER['host']}-{OWNER['pid']}-{OWNER['start']}-{next(_JOURNALS)}"
         self.path = directory / (_UNSAFE.sub("_", owner) + ".jsonl")
         self._ids = itertools.count(1)
         self._outstanding: set[int] = set()
@@ -133,9 +138,10 @@ class EventJournal:
             for kind, body, attempt in await asyncio.to_thread(_undone, claimed):
                 if attempt >= MAX_ATTEMPTS:
                     log.error(
-                        "a Slack event was given up after %d attempts (event id %s)",
+                        "an event (%s) was given up after %d attempts (id %s)",
+                        kind,
                         attempt,
-                        body.get("event_id"),
+                        body.get("event_id") or body.get("id"),
                     )
                     continue
                 entry = await self.record(kind, body, attempt=attempt + 1)
@@ -154,7 +160,7 @@ class EventJournal:
             if path == self.path:
                 continue
             owner = _owner_of(path)
-            if owner is None:
+            if owner is None or owner == OWNER:  # (another journal of this process: live)
                 continue
             if owner_alive(owner):
                 other_host = owner.get("host") != OWNER["host"]
@@ -189,7 +195,7 @@ class _Writer:
         self._torn = False  # a write failed part-way: start the next on a fresh line
         self._remove = False
         self._stopped: asyncio.Future[None] = loop.create_future()
-        self._thread = threading.Thread(target=self._run, name="slack-journal", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="event-journal", daemon=True)
         self._thread.start()
 
     def append(self, item: object) -> None:
