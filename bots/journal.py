@@ -81,7 +81,7 @@ class EventJournal:
         return len(self._outstanding)
 
     async def open(self) -> None:
-        await self._started().submit(None, durable=True)
+        await self._started().submit(durable=True)
 
     async def close(self) -> None:
         """Write what is queued and close the file; remove it if every event in it is done
@@ -108,16 +108,19 @@ class EventJournal:
         return entry
 
     async def done(self, entry: int) -> None:
-        """The event's work is over (answered, a duplicate, ignored): never replay it. Not
-        fsynced, not waited for: a lost "done" only replays an event the store then drops as
-        a duplicate."""
+        """The event's work is over (answered, a duplicate, ignored): never replay it.
+        Written, not fsynced: a lost "done" only replays an event the store then drops as a
+        duplicate (so a failed write is only logged)."""
         if entry not in self._outstanding or self._closed:
             return
         self._outstanding.discard(entry)
-        writer = self._started()
-        writer.append(json.dumps({"done": entry}) + "\n")
-        if not self._outstanding:
-            writer.append(_MAY_TRUNCATE)  # everything queued before it is done
+        line = json.dumps({"done": entry}) + "\n"
+        # With the last outstanding event done, everything queued before the marker is done.
+        items = (line,) if self._outstanding else (line, _MAY_TRUNCATE)
+        try:
+            await self._started().submit(*items, durable=False)
+        except OSError as exc:
+            log.warning("an event's done line was not written (%s): it may be replayed", exc)
 
     def _started(self) -> _Writer:
         if self._writer is None:
@@ -178,6 +181,13 @@ _MAY_TRUNCATE = object()  # queued when the last outstanding event is done
 _STOP = object()
 
 
+@dataclass(slots=True, frozen=True)
+class _Written:
+    """Queued after lines whose caller waits for their write but not for an fsync."""
+
+    waiter: asyncio.Future[None]
+
+
 class _Writer:
     """The journal's own thread: it takes everything queued since its last write, writes it,
     fsyncs once if a record is among it, and wakes that write's records in one callback on
@@ -189,7 +199,7 @@ class _Writer:
         self._directory = directory
         self._path = path
         self._loop = loop
-        self._queue: list[object] = []  # lines, futures (fsync, then wake), markers
+        self._queue: list[object] = []  # lines, markers, waiters: futures (fsync first), _Written
         self._ready = threading.Condition()
         self._file: Any = None
         self._torn = False  # a write failed part-way: start the next on a fresh line
@@ -198,22 +208,15 @@ class _Writer:
         self._thread = threading.Thread(target=self._run, name="event-journal", daemon=True)
         self._thread.start()
 
-    def append(self, item: object) -> None:
+    async def submit(self, *items: object, durable: bool) -> None:
+        """Queue `items` (lines, markers); return once they are written and, if `durable`,
+        fsynced (with everything queued before them)."""
+        waiter: asyncio.Future[None] = self._loop.create_future()
         with self._ready:
-            self._queue.append(item)
+            self._queue.extend(items)
+            self._queue.append(waiter if durable else _Written(waiter))
             self._ready.notify()
-
-    async def submit(self, line: str | None, *, durable: bool) -> None:
-        """Queue `line`; with `durable`, return once it (and all before it) is fsynced."""
-        synced: asyncio.Future[None] = self._loop.create_future()
-        with self._ready:
-            if line is not None:
-                self._queue.append(line)
-            if durable:
-                self._queue.append(synced)
-            self._ready.notify()
-        if durable:
-            await synced
+        await waiter
 
     async def stop(self, *, remove: bool) -> None:
         with self._ready:
@@ -230,10 +233,11 @@ class _Writer:
                     self._ready.wait()
                 batch, self._queue = self._queue, []
             stopping = _STOP in batch
-            waiters = [item for item in batch if isinstance(item, asyncio.Future)]
+            durable = [item for item in batch if isinstance(item, asyncio.Future)]
+            waiters = durable + [item.waiter for item in batch if isinstance(item, _Written)]
             error: BaseException | None = None
             try:
-                self._write(batch, sync=bool(waiters))
+                self._write(batch, sync=bool(durable))
             except Exception as exc:  # disk full, read-only: these events are refused
                 self._torn = True
                 error = exc
