@@ -18,13 +18,24 @@ from core.events import (
     AgentEnd,
     AgentEvent,
     MessageEnd,
+    MessageStart,
+    MessageUpdate,
     ToolExecutionEnd,
     ToolExecutionStart,
+    ToolExecutionUpdate,
     TurnEnd,
 )
 from core.loop import ABORTED_TEXT, AgentContext, LoopConfig, RunControl, run_agent
 from core.messages import AssistantMessage, Text, ToolResultMessage, UserMessage
-from core.models.base import ModelInfo, ModelRequest, Prices, StreamEvent, StreamStart
+from core.models.base import (
+    ModelInfo,
+    ModelRequest,
+    Prices,
+    StreamEnd,
+    StreamEvent,
+    StreamStart,
+    TextDelta,
+)
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, AnyTool, ToolContext, ToolError, ToolResult
 from tests.fakes.waiting_tool import WaitParams, WaitTool
@@ -518,3 +529,148 @@ async def test_a_label_of_up_to_120_characters_is_shown_whole(size: int, shown: 
     [start] = [e for e in events if isinstance(e, ToolExecutionStart)]
     assert len(start.label) == shown
     assert start.label == text if size <= 120 else start.label == "y" * 119 + "…"
+
+
+async def test_a_context_without_a_tail_sends_the_model_an_empty_text_tail() -> None:
+    # `ModelRequest.system_tail` is a `str`: a model may join it to the prompt without a check.
+    model = ScriptedModel([Reply(text="hi")])
+    await collect(run_agent(AgentContext("You are a test.", [UserMessage(content="go")]), model))
+    [request] = model.requests
+    assert request.system_tail == ""
+    assert request.system_prompt + request.system_tail == "You are a test."
+
+
+async def test_a_reply_the_model_itself_ended_aborted_ends_the_run_aborted_not_failed() -> None:
+    # e.g. a model that noticed the stop first: the run reads as stopped, and its calls never run.
+    tool = EchoTool()
+    script = [
+        Reply(
+            tool_calls=[call("echo", {"text": "a"})],
+            stop_reason="aborted",
+            error_message="Stopped by Cy.",
+        ),
+        Reply(text="never asked"),
+    ]
+    events = await collect(run_agent(context(tool), ScriptedModel(script)))
+    end = end_of(events)
+    assert end.reason == "aborted"
+    assert tool.call_ids == [] and results_of(events) == []
+    [reply] = end.messages
+    assert isinstance(reply, AssistantMessage)
+    assert (reply.stop_reason, reply.error_message) == ("aborted", "Stopped by Cy.")
+
+
+class WhereRunsTool(WaitTool):
+    """A waiting tool that also notes the task it runs in (not the run's own task)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.task: asyncio.Task[Any] | None = None
+
+    async def execute(self, call_id: str, params: WaitParams, ctx: ToolContext) -> ToolResult:
+        self.task = asyncio.current_task()
+        return await super().execute(call_id, params, ctx)
+
+
+async def test_a_cancel_from_outside_the_control_ends_the_run_cancelled_for_the_event_loop() -> (
+    None
+):
+    # As at shutdown (asyncio.run cancels every task): the run's task must end cancelled so
+    # whoever cancelled it can finish, while the caller still gets an aborted end and no error.
+    tool = WhereRunsTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")])], info=INFO)
+    events: list[AgentEvent] = []
+    before = asyncio.all_tasks()
+
+    async def consume() -> None:
+        async for event in run_agent(context(tool), model):
+            events.append(event)
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.wait_for(tool.started.wait(), 5)
+    [run_task] = asyncio.all_tasks() - before - {consumer, tool.task}
+    run_task.cancel()
+    await asyncio.wait_for(consumer, 5)  # no exception for the caller
+
+    assert run_task.cancelled()
+    end = end_of(events)
+    assert end.reason == "aborted"
+    assert tool.saw == [(False, None)]  # the tool was cancelled, though no one asked for a stop
+
+
+class NoStartModel(ScriptedModel):
+    """A model that streams text without announcing the message first (no `StreamStart`)."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        partial = AssistantMessage(model=INFO.id, provider=INFO.provider, content=[Text(text="")])
+        for chunk in ("Hel", "lo"):
+            block = partial.content[0]
+            assert isinstance(block, Text)
+            block.text += chunk
+            yield TextDelta(partial=partial, index=0, delta=chunk)
+        yield StreamEnd(message=partial.model_copy(update={"stop_reason": "stop"}))
+
+
+async def test_a_reply_streamed_without_a_start_is_still_started_once_before_its_text() -> None:
+    events = await collect(run_agent(context(), NoStartModel([], info=INFO)))
+    shown = [e for e in events if isinstance(e, MessageStart | MessageUpdate | MessageEnd)]
+    kinds = [e.type for e in shown]
+    assert kinds[-4:] == ["message_start", "message_update", "message_update", "message_end"]
+    started = shown[-4]
+    assert isinstance(started, MessageStart) and started.message.text() == "Hello"
+    assert end_of(events).reason == "stop"
+
+
+async def test_each_update_carries_the_message_being_streamed_for_surfaces_to_show() -> None:
+    # A surface that edits the reply in place shows `update.message`, the partial reply so far.
+    script = [Reply(text="one two three four", chunk_size=4)]
+    events = await collect(run_agent(context(), ScriptedModel(script)))
+    [started] = [e for e in events if isinstance(e, MessageStart) and e.message.role != "user"]
+    updates = [e for e in events if isinstance(e, MessageUpdate)]
+    assert len(updates) == 5
+    assert all(update.message is started.message for update in updates)
+    assert updates[-1].message.text() == "one two three four"
+
+
+async def test_a_tool_that_raises_gives_an_error_with_no_structured_details() -> None:
+    # Only a refusal (ToolError) or a timeout says why in `details`; a crash has nothing to add.
+    script = [Reply(tool_calls=[call("echo", {"text": "crash"})]), Reply(text="ok")]
+    events = await collect(run_agent(context(EchoTool()), ScriptedModel(script)))
+    [crashed] = results_of(events)
+    assert crashed.is_error and crashed.details is None
+    assert crashed.text() == "Tool 'echo' failed: OSError: disk on fire"
+
+
+async def test_a_run_that_hits_the_turn_limit_says_so_and_how_to_go_on() -> None:
+    script = [Reply(tool_calls=[call("echo", {"text": str(n)})]) for n in range(3)]
+    events = await collect(
+        run_agent(context(EchoTool()), ScriptedModel(script), config=LoopConfig(max_turns=2))
+    )
+    end = end_of(events)
+    assert end.reason == "turn_limit"
+    assert end.error_message == (
+        "I stopped after 2 steps in one go (the turn limit). "
+        "Tell me to continue if you want me to keep going."
+    )
+
+
+async def test_the_configured_output_limit_is_what_the_model_is_asked_for() -> None:
+    model = ScriptedModel([Reply(text="short")])
+    await collect(run_agent(context(), model, config=LoopConfig(max_tokens=1_234)))
+    assert [request.max_tokens for request in model.requests] == [1_234]
+
+
+class ProgressTool(EchoTool):
+    name = "progress"
+
+    async def execute(self, call_id: str, params: TextParams, ctx: ToolContext) -> ToolResult:
+        ctx.on_update(ToolResult.text(f"halfway: {params.text}"))
+        return ToolResult.text("done")
+
+
+async def test_a_tools_progress_is_shown_under_its_call_and_its_name() -> None:
+    script = [Reply(tool_calls=[call("progress", {"text": "a"}, id="c-1")]), Reply(text="ok")]
+    events = await collect(run_agent(context(ProgressTool()), ScriptedModel(script)))
+    [update] = [e for e in events if isinstance(e, ToolExecutionUpdate)]
+    assert (update.tool_call_id, update.tool_name) == ("c-1", "progress")
+    assert update.partial.content == [Text(text="halfway: a")]
