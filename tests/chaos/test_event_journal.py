@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from bots import journal as journal_module
+from bots.journal import MAX_ATTEMPTS, EventJournal
 from bots.recovery import OWNER
-from bots.slack import journal as journal_module
-from bots.slack.journal import MAX_ATTEMPTS, EventJournal
 
 
 def body(n: int) -> dict[str, object]:

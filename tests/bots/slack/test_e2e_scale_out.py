@@ -13,7 +13,7 @@ Slack finally shows:
 
 The kill lands after the held message was accepted (it is inside a tool call), and between
 rounds of traffic. A kill between acknowledging an event and accepting it is covered by the
-event journal (`bots/slack/journal.py`), replayed when that instance starts again:
+event journal (`bots/journal.py`), replayed when that instance starts again:
 tests/chaos/test_slack_ack_window.py.
 """
 

@@ -1,23 +1,25 @@
-"""The journal of Slack events acknowledged but not yet handed to the runner.
+"""The journal of platform events acknowledged but not yet handed to the runner: Slack's
+events (`bots.slack.listeners`) and Discord's `/ask` (`bots.discord.bot`: deferred only once
+written down, the defer being its acknowledgement).
 
-Why: Slack never delivers an acknowledged event again, and between the acknowledgement and
-the store's accepting transaction lies slow work (the author's name, file downloads, the
-thread's backfill: Web API calls that can take longer than Slack's 3 seconds together). A
-process killed there would lose the message. Two ways out: accept before acknowledging (but
-the accept needs that slow work, so the ack could miss its 3 s), or write the raw event down
-durably before acknowledging and replay it after a crash. This is the second: one fsynced
-line per event, the ack sent after it (the listener returns once `record` has returned), a
-"done" line once the event's work is over. Replaying is safe because accepting is
-idempotent: the message's delivery ids are claimed in the accepting transaction, so an event
-replayed after it was accepted is a duplicate and dropped.
+Why (Slack's case): Slack never delivers an acknowledged event again, and between the
+acknowledgement and the store's accepting transaction lies slow work (the author's name,
+file downloads, the thread's backfill: Web API calls that can take longer than Slack's 3
+seconds together). A process killed there would lose the message. Two ways out: accept
+before acknowledging (but the accept needs that slow work, so the ack could miss its 3 s),
+or write the raw event down durably before acknowledging and replay it after a crash. This
+is the second: one fsynced line per event, the ack sent after it (the listener returns once
+`record` has returned), a "done" line once the event's work is over. Replaying is safe
+because accepting is idempotent: the message's delivery ids are claimed in the accepting
+transaction, so an event replayed after it was accepted is a duplicate and dropped.
 
-Owns: `EventJournal`: this process's file (`<dir>/<host>-<pid>-<start>.jsonl`, a header line
-naming its owner), group commit (the events that arrive while one fsync runs share the
+Owns: `EventJournal`: this journal's file (`<dir>/<host>-<pid>-<start>-<n>.jsonl`, a header
+line naming its owner), group commit (the events that arrive while one fsync runs share the
 next, written by the journal's own thread: see `_Writer`), truncation once every event in
-it is done, and adopting what dead processes left (`adopt_orphans`: their
-undone events are re-recorded here, then their file is removed). A file whose owner is a live
-process on this host is never touched; one from another host (a shared data directory) is
-adopted once it has not changed for `ORPHAN_AGE_S`.
+it is done, and adopting what dead processes left (`adopt_orphans`: their undone events are
+re-recorded here, then their file is removed). A file whose owner is a live process on this
+host is never touched; one from another host (a shared data directory) is adopted once it
+has not changed for `ORPHAN_AGE_S`.
 
 Must not: know what an event means (the listeners do), or block the event loop (file work
 runs in the journal's thread).
@@ -47,6 +49,7 @@ TRUNCATE_AT_BYTES = 1024 * 1024  # rewritten once everything in it is done and i
 MAX_LINE_BYTES = 8 * 1024 * 1024  # an event body is at most 4 MB (the HTTP server's limit)
 MAX_ATTEMPTS = 3  # an event whose work crashed the process this often is given up
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.]")
+_JOURNALS = itertools.count(1)
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,7 +66,9 @@ class EventJournal:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        owner = f"{OWNER['host']}-{OWNER['pid']}-{OWNER['start']}"
+        # One file per journal (a process may have several: shards, tests): the header names
+        # the owner, so another journal of a live owner is never adopted.
+        owner = f"{OWNER['host']}-{OWNER['pid']}-{OWNER['start']}-{next(_JOURNALS)}"
         self.path = directory / (_UNSAFE.sub("_", owner) + ".jsonl")
         self._ids = itertools.count(1)
         self._outstanding: set[int] = set()
@@ -76,7 +81,7 @@ class EventJournal:
         return len(self._outstanding)
 
     async def open(self) -> None:
-        await self._started().submit(None, durable=True)
+        await self._started().submit(durable=True)
 
     async def close(self) -> None:
         """Write what is queued and close the file; remove it if every event in it is done
@@ -103,16 +108,19 @@ class EventJournal:
         return entry
 
     async def done(self, entry: int) -> None:
-        """The event's work is over (answered, a duplicate, ignored): never replay it. Not
-        fsynced, not waited for: a lost "done" only replays an event the store then drops as
-        a duplicate."""
+        """The event's work is over (answered, a duplicate, ignored): never replay it.
+        Written, not fsynced: a lost "done" only replays an event the store then drops as a
+        duplicate (so a failed write is only logged)."""
         if entry not in self._outstanding or self._closed:
             return
         self._outstanding.discard(entry)
-        writer = self._started()
-        writer.append(json.dumps({"done": entry}) + "\n")
-        if not self._outstanding:
-            writer.append(_MAY_TRUNCATE)  # everything queued before it is done
+        line = json.dumps({"done": entry}) + "\n"
+        # With the last outstanding event done, everything queued before the marker is done.
+        items = (line,) if self._outstanding else (line, _MAY_TRUNCATE)
+        try:
+            await self._started().submit(*items, durable=False)
+        except OSError as exc:
+            log.warning("an event's done line was not written (%s): it may be replayed", exc)
 
     def _started(self) -> _Writer:
         if self._writer is None:
@@ -133,9 +141,10 @@ class EventJournal:
             for kind, body, attempt in await asyncio.to_thread(_undone, claimed):
                 if attempt >= MAX_ATTEMPTS:
                     log.error(
-                        "a Slack event was given up after %d attempts (event id %s)",
+                        "an event (%s) was given up after %d attempts (id %s)",
+                        kind,
                         attempt,
-                        body.get("event_id"),
+                        body.get("event_id") or body.get("id"),
                     )
                     continue
                 entry = await self.record(kind, body, attempt=attempt + 1)
@@ -154,7 +163,7 @@ class EventJournal:
             if path == self.path:
                 continue
             owner = _owner_of(path)
-            if owner is None:
+            if owner is None or owner == OWNER:  # (another journal of this process: live)
                 continue
             if owner_alive(owner):
                 other_host = owner.get("host") != OWNER["host"]
@@ -172,6 +181,13 @@ _MAY_TRUNCATE = object()  # queued when the last outstanding event is done
 _STOP = object()
 
 
+@dataclass(slots=True, frozen=True)
+class _Written:
+    """Queued after lines whose caller waits for their write but not for an fsync."""
+
+    waiter: asyncio.Future[None]
+
+
 class _Writer:
     """The journal's own thread: it takes everything queued since its last write, writes it,
     fsyncs once if a record is among it, and wakes that write's records in one callback on
@@ -183,31 +199,24 @@ class _Writer:
         self._directory = directory
         self._path = path
         self._loop = loop
-        self._queue: list[object] = []  # lines, futures (fsync, then wake), markers
+        self._queue: list[object] = []  # lines, markers, waiters: futures (fsync first), _Written
         self._ready = threading.Condition()
         self._file: Any = None
         self._torn = False  # a write failed part-way: start the next on a fresh line
         self._remove = False
         self._stopped: asyncio.Future[None] = loop.create_future()
-        self._thread = threading.Thread(target=self._run, name="slack-journal", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="event-journal", daemon=True)
         self._thread.start()
 
-    def append(self, item: object) -> None:
+    async def submit(self, *items: object, durable: bool) -> None:
+        """Queue `items` (lines, markers); return once they are written and, if `durable`,
+        fsynced (with everything queued before them)."""
+        waiter: asyncio.Future[None] = self._loop.create_future()
         with self._ready:
-            self._queue.append(item)
+            self._queue.extend(items)
+            self._queue.append(waiter if durable else _Written(waiter))
             self._ready.notify()
-
-    async def submit(self, line: str | None, *, durable: bool) -> None:
-        """Queue `line`; with `durable`, return once it (and all before it) is fsynced."""
-        synced: asyncio.Future[None] = self._loop.create_future()
-        with self._ready:
-            if line is not None:
-                self._queue.append(line)
-            if durable:
-                self._queue.append(synced)
-            self._ready.notify()
-        if durable:
-            await synced
+        await waiter
 
     async def stop(self, *, remove: bool) -> None:
         with self._ready:
@@ -224,10 +233,11 @@ class _Writer:
                     self._ready.wait()
                 batch, self._queue = self._queue, []
             stopping = _STOP in batch
-            waiters = [item for item in batch if isinstance(item, asyncio.Future)]
+            durable = [item for item in batch if isinstance(item, asyncio.Future)]
+            waiters = durable + [item.waiter for item in batch if isinstance(item, _Written)]
             error: BaseException | None = None
             try:
-                self._write(batch, sync=bool(waiters))
+                self._write(batch, sync=bool(durable))
             except Exception as exc:  # disk full, read-only: these events are refused
                 self._torn = True
                 error = exc
