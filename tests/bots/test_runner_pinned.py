@@ -7,6 +7,7 @@ interrupted results recovery writes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import sqlite3
@@ -736,3 +737,94 @@ async def test_a_message_left_in_the_inbox_with_nowhere_to_show_is_still_answere
     await runner.wait(KEY)
     assert [m.text() for m in await stored(store)] == ["anyone?", "here"]
     assert await store.pending_conversations() == []
+
+
+# -- accepting a message ------------------------------------------------------------------------
+
+
+async def test_a_new_conversation_keeps_the_title_it_came_with(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([Reply(text="hi")]))
+    titled = dataclasses.replace(incoming("hello"), title="#deploys")
+    await runner.submit(titled, RecordingSurface())
+    await runner.wait(KEY)
+    conversation = await store.get_conversation(KEY)
+    assert conversation is not None and conversation.title == "#deploys"
+
+
+class RefusesToAccept(SqliteStore):
+    """A store that cannot take a new message: `failure` is what its write raises."""
+
+    failure: Exception = sqlite3.OperationalError("database or disk is full")
+
+    async def accept_delivery(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.failure
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        (
+            sqlite3.OperationalError("database or disk is full"),
+            "I couldn't save your message (the disk is full; reference ",
+        ),
+        (RuntimeError("a bug"), "Something went wrong on my side (reference "),
+    ],
+)
+async def test_a_message_that_could_not_be_stored_is_answered_with_an_error_saying_why(
+    tmp_path: Path, failure: Exception, said: str
+) -> None:
+    store = await RefusesToAccept.open(tmp_path / "teammate.db")
+    store.failure = failure
+    try:
+        runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([]))
+        surface = RecordingSurface()
+        with pytest.raises(type(failure)):
+            await runner.submit(incoming("hello"), surface)
+        [notice] = surface.notices()
+        assert (notice.level, notice.audience) == ("error", ADA)
+        assert notice.text.startswith(said)
+    finally:
+        await store.close()
+
+
+# -- sharing the slots --------------------------------------------------------------------------
+
+
+async def test_a_person_at_their_run_limit_waits_while_others_are_answered(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    third_key = f"{CHANNEL}:1700000000.000300"
+    tool = WaitTool()
+
+    def by_request(request: ModelRequest) -> Reply:
+        asked = request.messages[-1].text()
+        if "hold" in asked:
+            return Reply(tool_calls=[call("wait")])
+        return Reply(text=f"answered {asked.split()[-1]}")
+
+    model = ScriptedModel(default=by_request)
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[tool], max_runs_per_user=1)
+    await runner.submit(incoming("hold"), RecordingSurface())
+    await asyncio.wait_for(tool.started.wait(), 5)
+    adas_second = RecordingSurface()
+    await runner.submit(incoming("second", key=OTHER_KEY), adas_second)
+    bobs = await ask_as(runner, BOB, "third", third_key)
+
+    # Bob was answered while Ada's second thread waits for her first run to end.
+    assert [f.final_text for f in bobs.finished()] == ["answered third"]
+    assert runner.is_running(OTHER_KEY) and runner.current_run(OTHER_KEY) is None
+    assert not any("second" in r.messages[-1].text() for r in model.requests)
+    runner.stop(KEY)
+    await runner.wait(OTHER_KEY)
+    assert [f.final_text for f in adas_second.finished()] == ["answered second"]
+
+
+async def ask_as(
+    runner: ConversationRunner, author: Author, text: str, key: str
+) -> RecordingSurface:
+    surface = RecordingSurface()
+    await runner.submit(incoming(text, key=key, author=author), surface)
+    await runner.wait(key)
+    return surface
