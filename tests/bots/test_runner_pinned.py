@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from bots.incoming import Incoming
 from bots.recovery import INTERRUPTED_TEXT
-from bots.runner import ConversationRunner
+from bots.runner import QUEUED_TEXT, ConversationRunner
 from bots.settings import BudgetSettings, ChannelSettings, CompactionSettings, Settings
 from core.messages import (
     AssistantMessage,
@@ -828,3 +828,27 @@ async def ask_as(
     await runner.submit(incoming(text, key=key, author=author), surface)
     await runner.wait(key)
     return surface
+
+
+# -- shutting down ------------------------------------------------------------------------------
+
+
+async def test_shutting_down_leaves_a_queued_message_for_the_restart_and_starts_nothing(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")]), Reply(text="too late")])
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[tool])
+    await runner.submit(incoming("hold"), RecordingSurface())
+    await asyncio.wait_for(tool.started.wait(), 5)
+    bobs = RecordingSurface()
+    assert await runner.submit(incoming("later", author=BOB), bobs) == "steered"
+    [queued] = bobs.notices()
+    assert (queued.text, queued.level, queued.audience) == (QUEUED_TEXT, "info", BOB)
+
+    await runner.close()
+
+    assert len(model.requests) == 1  # no new run once closing
+    conversation = await store.get_conversation(KEY)
+    assert conversation is not None
+    assert await store.pending_conversations() == [conversation.id]  # answered after restart
