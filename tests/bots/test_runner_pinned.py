@@ -852,3 +852,59 @@ async def test_shutting_down_leaves_a_queued_message_for_the_restart_and_starts_
     conversation = await store.get_conversation(KEY)
     assert conversation is not None
     assert await store.pending_conversations() == [conversation.id]  # answered after restart
+
+
+async def test_a_run_that_had_answered_when_it_died_is_closed_as_done_and_its_answer_shown(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    run = await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"name": "thread"}, owner={}
+    )
+    await store.append_message(conversation.id, UserMessage(content="hello", author=ADA))
+    answer = AssistantMessage(content=[Text(text="Hello, Ada.")], stop_reason="stop")
+    await store.append_message(conversation.id, answer, run_id=run.id)
+    surfaces = RecordingSurfaces()
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=surfaces)
+
+    [recovered] = await runner.recover()
+    await runner.wait(KEY)
+
+    assert (recovered.id, recovered.outcome, recovered.error) == (run.id, "done", None)
+    [(_key, _ref, surface)] = surfaces.made
+    [finished] = surface.finished()
+    assert (finished.outcome, finished.final_text, finished.error_text) == (
+        "done",
+        "Hello, Ada.",
+        None,
+    )
+    assert await store.running_runs() == []
+
+
+class LosesTheAnswer(SqliteStore):
+    """A store whose disk fills up just as the model's answer is to be saved."""
+
+    async def append_message(self, conversation_id: int, message: Message, **kwargs: Any) -> Any:
+        if isinstance(message, AssistantMessage):
+            raise OSError("No space left on device")
+        return await super().append_message(conversation_id, message, **kwargs)
+
+
+async def test_an_answer_that_could_not_be_saved_says_so_with_a_reference_kept_on_the_run(
+    tmp_path: Path,
+) -> None:
+    store = await LosesTheAnswer.open(tmp_path / "teammate.db")
+    try:
+        runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([Reply(text="hi")]))
+        surface = await ask(runner, "hello")
+        [finished] = surface.finished()
+        reference = finished.reference
+        assert finished.outcome == "error" and reference
+        assert finished.error_text == (
+            f"I couldn't save this answer (the disk is full; reference {reference}). "
+            "What was said before is kept; ask again in a minute."
+        )
+        # The operator finds the run by the reference the person quotes.
+        assert await _errors_of_runs(tmp_path) == [f"unexpected failure {reference}"]
+    finally:
+        await store.close()
