@@ -440,13 +440,61 @@ class Coverage:
     seconds_by_test: dict[str, float]
 
 
-def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> Coverage:
+def measure_coverage(
+    copy: Path, files: Sequence[str], tests: Sequence[str], saved: Path | None = None
+) -> Coverage:
     """Run the selected tests once under coverage.py, recording which test ran each line
-    (see `devtools.mutation_contexts`) and how long each took."""
+    (see `devtools.mutation_contexts`) and how long each took. `saved` (a folder): the
+    measurement kept there is used if there is one, else this one is kept there: for a run
+    stopped and started again on the same code and tests (the clean run is minutes)."""
     from coverage import CoverageData
 
     data_file = copy / ".mutation-coverage"
     durations = copy / ".mutation-durations.json"
+    if saved is not None and (saved / data_file.name).is_file():
+        shutil.copy(saved / data_file.name, data_file)
+        shutil.copy(saved / durations.name, durations)
+    else:
+        _clean_run(copy, files, tests, data_file, durations)
+        if saved is not None:
+            saved.mkdir(parents=True, exist_ok=True)
+            shutil.copy(data_file, saved / data_file.name)
+            shutil.copy(durations, saved / durations.name)
+    data = CoverageData(basename=str(data_file))
+    data.read()
+    seconds: dict[str, float] = json.loads(durations.read_text(encoding="utf-8"))
+    measured = {path.replace(os.sep, "/"): path for path in data.measured_files()}
+    tests_by_line: dict[str, dict[int, set[str]]] = {}
+    for file in files:
+        # by the file's path in the copy that was measured (a kept measurement: another copy)
+        where = next((path for key, path in measured.items() if key.endswith(f"/{file}")), "")
+        by_line = data.contexts_by_lineno(where) if where else {}
+        tests_by_line[file] = {
+            line: {context for context in contexts if context} for line, contexts in by_line.items()
+        }
+        # Lines run only while the module was imported (class bodies, enum values, defaults)
+        # are in effect for every test, not only for the one that happened to import it first
+        # (a lazy import inside a test records that test alone); a test may read an enum's
+        # values without running any line of the module, so "the tests that ran a line of
+        # this file" is not enough either.
+        users: set[str] = set(seconds) | set().union(*tests_by_line[file].values())
+        source = (copy / file).read_text(encoding="utf-8")
+        in_functions = function_body_lines(source)
+        # A line inside a long statement (a string of SQL continued over 20 lines) has no
+        # bytecode of its own: it takes the tests of the statement it belongs to.
+        for first, last in simple_statement_spans(source):
+            if first in tests_by_line[file]:
+                for line in range(first + 1, last + 1):
+                    tests_by_line[file].setdefault(line, tests_by_line[file][first])
+        for line, ran in tests_by_line[file].items():
+            if not ran or line not in in_functions:
+                ran.update(users)
+    return Coverage(tests_by_line, seconds)
+
+
+def _clean_run(
+    copy: Path, files: Sequence[str], tests: Sequence[str], data_file: Path, durations: Path
+) -> None:
     command = [
         sys.executable,
         "-m",
@@ -473,33 +521,6 @@ def measure_coverage(copy: Path, files: Sequence[str], tests: Sequence[str]) -> 
             f"the tests fail without any mutant (whole output in {log}); fix them first:\n"
             + "\n".join(failed or completed.stdout.splitlines()[-20:])
         )
-    data = CoverageData(basename=str(data_file))
-    data.read()
-    seconds: dict[str, float] = json.loads(durations.read_text(encoding="utf-8"))
-    tests_by_line: dict[str, dict[int, set[str]]] = {}
-    for file in files:
-        by_line = data.contexts_by_lineno(str(copy / file))
-        tests_by_line[file] = {
-            line: {context for context in contexts if context} for line, contexts in by_line.items()
-        }
-        # Lines run only while the module was imported (class bodies, enum values, defaults)
-        # are in effect for every test, not only for the one that happened to import it first
-        # (a lazy import inside a test records that test alone); a test may read an enum's
-        # values without running any line of the module, so "the tests that ran a line of
-        # this file" is not enough either.
-        users: set[str] = set(seconds) | set().union(*tests_by_line[file].values())
-        source = (copy / file).read_text(encoding="utf-8")
-        in_functions = function_body_lines(source)
-        # A line inside a long statement (a string of SQL continued over 20 lines) has no
-        # bytecode of its own: it takes the tests of the statement it belongs to.
-        for first, last in simple_statement_spans(source):
-            if first in tests_by_line[file]:
-                for line in range(first + 1, last + 1):
-                    tests_by_line[file].setdefault(line, tests_by_line[file][first])
-        for line, ran in tests_by_line[file].items():
-            if not ran or line not in in_functions:
-                ran.update(users)
-    return Coverage(tests_by_line, seconds)
 
 
 def simple_statement_spans(source: str) -> list[tuple[int, int]]:
@@ -543,10 +564,14 @@ class Server:
         )
         self._receive()  # ready once everything is imported
 
-    def run(self, tests: Sequence[str], limit_s: float) -> tuple[str, str]:
-        """('killed' | 'survived', how): the tests, stopping at the first failure."""
+    def run(
+        self, tests: Sequence[str], limit_s: float, per_test_s: dict[str, float] | None = None
+    ) -> tuple[str, str]:
+        """('killed' | 'survived', how): the tests, stopping at the first failure; a test
+        that outlives its own limit in `per_test_s` (a hang) kills the mutant at once."""
         assert self._process.stdin is not None
-        self._process.stdin.write(json.dumps({"tests": list(tests), "limit_s": limit_s}) + "\n")
+        request = {"tests": list(tests), "limit_s": limit_s, "per_test_s": per_test_s or {}}
+        self._process.stdin.write(json.dumps(request) + "\n")
         self._process.stdin.flush()
         answer = self._receive()
         return str(answer["verdict"]), str(answer["how"])
@@ -584,13 +609,19 @@ def run_mutant(server: Server, mutant: Mutant, coverage: Coverage) -> tuple[str,
     limit = TIME_LIMIT_FLOOR_S + TIME_LIMIT_FACTOR * sum(
         coverage.seconds_by_test.get(node, 1.0) for node in tests
     )
+    per_test = {node: per_test_limit_s(coverage.seconds_by_test.get(node, 1.0)) for node in tests}
     target = server.copy / mutant.file
     original = target.read_text(encoding="utf-8")
     try:
         target.write_text(mutant.code, encoding="utf-8")
-        return server.run(tests, limit)
+        return server.run(tests, limit, per_test)
     finally:
         target.write_text(original, encoding="utf-8")
+
+
+def per_test_limit_s(clean_seconds: float) -> float:
+    """How long one test may take under a mutant before the mutant counts as a hang (killed)."""
+    return TIME_LIMIT_FLOOR_S + TIME_LIMIT_FACTOR * clean_seconds
 
 
 def check_mutants_are_seen(server: Server, file: str, coverage: Coverage) -> None:
@@ -703,6 +734,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rerun", type=Path, help="only the survivors listed in this earlier output"
     )
     parser.add_argument("--list", action="store_true", help="list the sample; run nothing")
+    parser.add_argument(
+        "--keep-coverage",
+        type=Path,
+        help="folder: reuse the clean run's coverage kept there, else keep it there "
+        "(only for the same code and tests)",
+    )
     args = parser.parse_args(argv)
 
     rerun = survivors_of(args.rerun) if args.rerun else None
@@ -753,7 +790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"mutation: measuring coverage of {' '.join(files)} by {' '.join(args.tests)}…",
             flush=True,
         )
-        coverage = measure_coverage(copies[0], files, args.tests)
+        coverage = measure_coverage(copies[0], files, args.tests, args.keep_coverage)
         servers = [Server(copy) for copy in copies]
         try:
             for file in files:

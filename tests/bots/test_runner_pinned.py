@@ -7,6 +7,7 @@ interrupted results recovery writes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import sqlite3
@@ -18,10 +19,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from bots import compaction
+from bots.attachments import user_message
 from bots.incoming import Incoming
 from bots.recovery import INTERRUPTED_TEXT
-from bots.runner import ConversationRunner
+from bots.runner import DELIVERED_TEXT, QUEUED_TEXT, ConversationRunner
 from bots.settings import BudgetSettings, ChannelSettings, CompactionSettings, Settings
+from bots.surface import RunStarted
 from core.messages import (
     AssistantMessage,
     Author,
@@ -738,3 +742,294 @@ async def test_a_message_left_in_the_inbox_with_nowhere_to_show_is_still_answere
     await runner.wait(KEY)
     assert [m.text() for m in await stored(store)] == ["anyone?", "here"]
     assert await store.pending_conversations() == []
+
+
+# -- accepting a message ------------------------------------------------------------------------
+
+
+async def test_a_new_conversation_keeps_the_title_it_came_with(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([Reply(text="hi")]))
+    titled = dataclasses.replace(incoming("hello"), title="#deploys")
+    await runner.submit(titled, RecordingSurface())
+    await runner.wait(KEY)
+    conversation = await store.get_conversation(KEY)
+    assert conversation is not None and conversation.title == "#deploys"
+
+
+class RefusesToAccept(SqliteStore):
+    """A store that cannot take a new message: `failure` is what its write raises."""
+
+    failure: Exception = sqlite3.OperationalError("database or disk is full")
+
+    async def accept_delivery(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.failure
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        (
+            sqlite3.OperationalError("database or disk is full"),
+            "I couldn't save your message (the disk is full; reference ",
+        ),
+        (RuntimeError("a bug"), "Something went wrong on my side (reference "),
+    ],
+)
+async def test_a_message_that_could_not_be_stored_is_answered_with_an_error_saying_why(
+    tmp_path: Path, failure: Exception, said: str
+) -> None:
+    store = await RefusesToAccept.open(tmp_path / "teammate.db")
+    store.failure = failure
+    try:
+        runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([]))
+        surface = RecordingSurface()
+        with pytest.raises(type(failure)):
+            await runner.submit(incoming("hello"), surface)
+        [notice] = surface.notices()
+        assert (notice.level, notice.audience) == ("error", ADA)
+        assert notice.text.startswith(said)
+    finally:
+        await store.close()
+
+
+# -- sharing the slots --------------------------------------------------------------------------
+
+
+async def test_a_person_at_their_run_limit_waits_while_others_are_answered(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    third_key = f"{CHANNEL}:1700000000.000300"
+    tool = WaitTool()
+
+    def by_request(request: ModelRequest) -> Reply:
+        asked = request.messages[-1].text()
+        if "hold" in asked:
+            return Reply(tool_calls=[call("wait")])
+        return Reply(text=f"answered {asked.split()[-1]}")
+
+    model = ScriptedModel(default=by_request)
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[tool], max_runs_per_user=1)
+    await runner.submit(incoming("hold"), RecordingSurface())
+    await asyncio.wait_for(tool.started.wait(), 5)
+    adas_second = RecordingSurface()
+    await runner.submit(incoming("second", key=OTHER_KEY), adas_second)
+    bobs = await ask_as(runner, BOB, "third", third_key)
+
+    # Bob was answered while Ada's second thread waits for her first run to end.
+    assert [f.final_text for f in bobs.finished()] == ["answered third"]
+    assert runner.is_running(OTHER_KEY) and runner.current_run(OTHER_KEY) is None
+    assert not any("second" in r.messages[-1].text() for r in model.requests)
+    runner.stop(KEY)
+    await runner.wait(OTHER_KEY)
+    assert [f.final_text for f in adas_second.finished()] == ["answered second"]
+
+
+async def ask_as(
+    runner: ConversationRunner, author: Author, text: str, key: str
+) -> RecordingSurface:
+    surface = RecordingSurface()
+    await runner.submit(incoming(text, key=key, author=author), surface)
+    await runner.wait(key)
+    return surface
+
+
+# -- shutting down ------------------------------------------------------------------------------
+
+
+async def test_shutting_down_leaves_a_queued_message_for_the_restart_and_starts_nothing(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    tool = WaitTool()
+    model = ScriptedModel([Reply(tool_calls=[call("wait")]), Reply(text="too late")])
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[tool])
+    await runner.submit(incoming("hold"), RecordingSurface())
+    await asyncio.wait_for(tool.started.wait(), 5)
+    bobs = RecordingSurface()
+    assert await runner.submit(incoming("later", author=BOB), bobs) == "steered"
+    [queued] = bobs.notices()
+    assert (queued.text, queued.level, queued.audience) == (QUEUED_TEXT, "info", BOB)
+
+    await runner.close()
+
+    assert len(model.requests) == 1  # no new run once closing
+    conversation = await store.get_conversation(KEY)
+    assert conversation is not None
+    assert await store.pending_conversations() == [conversation.id]  # answered after restart
+
+
+async def test_a_run_that_had_answered_when_it_died_is_closed_as_done_and_its_answer_shown(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    run = await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"name": "thread"}, owner={}
+    )
+    await store.append_message(conversation.id, UserMessage(content="hello", author=ADA))
+    answer = AssistantMessage(content=[Text(text="Hello, Ada.")], stop_reason="stop")
+    await store.append_message(conversation.id, answer, run_id=run.id)
+    surfaces = RecordingSurfaces()
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=surfaces)
+
+    [recovered] = await runner.recover()
+    await runner.wait(KEY)
+
+    assert (recovered.id, recovered.outcome, recovered.error) == (run.id, "done", None)
+    [(_key, _ref, surface)] = surfaces.made
+    [finished] = surface.finished()
+    assert (finished.outcome, finished.final_text, finished.error_text) == (
+        "done",
+        "Hello, Ada.",
+        None,
+    )
+    assert await store.running_runs() == []
+
+
+class LosesTheAnswer(SqliteStore):
+    """A store whose disk fills up just as the model's answer is to be saved."""
+
+    async def append_message(self, conversation_id: int, message: Message, **kwargs: Any) -> Any:
+        if isinstance(message, AssistantMessage):
+            raise OSError("No space left on device")
+        return await super().append_message(conversation_id, message, **kwargs)
+
+
+async def test_an_answer_that_could_not_be_saved_says_so_with_a_reference_kept_on_the_run(
+    tmp_path: Path,
+) -> None:
+    store = await LosesTheAnswer.open(tmp_path / "teammate.db")
+    try:
+        runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([Reply(text="hi")]))
+        surface = await ask(runner, "hello")
+        [finished] = surface.finished()
+        reference = finished.reference
+        assert finished.outcome == "error" and reference
+        assert finished.error_text == (
+            f"I couldn't save this answer (the disk is full; reference {reference}). "
+            "What was said before is kept; ask again in a minute."
+        )
+        # The operator finds the run by the reference the person quotes.
+        assert await _errors_of_runs(tmp_path) == [f"unexpected failure {reference}"]
+    finally:
+        await store.close()
+
+
+class GateTool(AgentTool[NoteParams]):
+    """Holds the run inside a tool call until the test opens the gate."""
+
+    name = "gate"
+    label = "Gate"
+    description = "Waits for the gate."
+    parameters = NoteParams
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def execute(self, call_id: str, params: NoteParams, ctx: ToolContext) -> ToolResult:
+        self.entered.set()
+        await self.opened.wait()
+        return ToolResult.text("through")
+
+
+async def test_a_message_the_run_read_just_before_a_stop_is_delivered_not_dropped(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    gate = GateTool()
+    runner: ConversationRunner | None = None
+
+    def stop_as_the_model_is_asked(request: ModelRequest) -> Reply:
+        # The loop has just taken Bob's message in; the runner has not recorded it yet.
+        assert runner is not None and runner.stop(KEY, by=ADA) == "stopped"
+        return Reply(text="never shown", latency_s=0.001)  # a model awaits before answering
+
+    model = ScriptedModel(
+        [Reply(tool_calls=[call("gate", {"text": "x"})]), stop_as_the_model_is_asked]
+    )
+    runner = make_runner(store, tmp_path, lambda _id: model, tools=[gate])
+    adas = RecordingSurface()
+    await runner.submit(incoming("first"), adas)
+    await asyncio.wait_for(gate.entered.wait(), 5)
+    bobs = RecordingSurface()
+    await runner.submit(incoming("second", author=BOB), bobs)
+    gate.opened.set()
+    await runner.wait(KEY)
+
+    # Read by the run before the stop: answered as read, never told it was dropped.
+    assert [n.text for n in bobs.notices()] == [QUEUED_TEXT, DELIVERED_TEXT]
+    [finished] = adas.finished()
+    assert (finished.outcome, finished.error_text) == ("aborted", "Stopped by Ada.")
+    assert any("second" in m.text() for m in await stored(store) if isinstance(m, UserMessage))
+    assert await store.pending_conversations() == []
+    # Recorded as part of the run that read it, as the run's own message is.
+    with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
+        runs = db.execute("SELECT id FROM runs").fetchall()
+        owners = db.execute("SELECT DISTINCT run_id FROM messages").fetchall()
+    assert runs == [(finished.run_id,)] and owners == runs
+
+
+async def test_a_message_too_long_for_the_model_is_refused_with_a_warning_to_its_sender(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel([], info=info("small", window=1_000))
+    runner = make_runner(store, tmp_path, lambda _id: model)
+    surface = await ask(runner, "word " * 2_000)
+    [notice] = surface.notices()
+    assert (notice.level, notice.audience) == ("warning", ADA)
+    assert notice.text.startswith("This message is too long for the model (about ")
+    assert "it reads at most about 500 at once" in notice.text
+    assert model.requests == []
+
+
+async def test_a_runs_start_and_end_name_the_run_recorded_in_the_store(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel([Reply(text="hi")]))
+    await ask(runner, "warm-up")  # so the run asked about is not the first id by chance
+    surface = await ask(runner, "hello")
+    [started] = [e for e in surface.events if isinstance(e, RunStarted)]
+    [finished] = surface.finished()
+    with sqlite3.connect(f"file:{tmp_path / 'teammate.db'}?mode=ro", uri=True) as db:
+        [(last_run,)] = db.execute("SELECT max(id) FROM runs").fetchall()
+    assert started.run_id == finished.run_id == last_run == 2
+
+
+@pytest.mark.parametrize(("spare", "answered"), [(0, True), (-1, False)])
+async def test_a_message_is_read_if_it_fits_the_model_to_the_token(
+    store: SqliteStore, tmp_path: Path, spare: int, answered: bool
+) -> None:
+    message = incoming("word " * 400)
+    size = compaction.estimate_tokens(await user_message(message, tmp_path))
+    # With the default reserve larger than this window, the room is half the window.
+    model = ScriptedModel([Reply(text="read it")], info=info("small", window=2 * (size + spare)))
+    runner = make_runner(store, tmp_path, lambda _id: model)
+    surface = RecordingSurface()
+    await runner.submit(message, surface)
+    await runner.wait(KEY)
+    assert [f.final_text for f in surface.finished()] == (["read it"] if answered else [])
+    assert len(model.requests) == (1 if answered else 0)
+
+
+async def test_a_run_that_died_after_saying_something_and_calling_a_tool_is_interrupted(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    # Text before a tool call is not an answer: the call never got its result.
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    run = await store.start_run(
+        conversation.id, user_id=ADA.id, model="m", surface_ref={"name": "thread"}, owner={}
+    )
+    await store.append_message(conversation.id, UserMessage(content="check it", author=ADA))
+    checking = AssistantMessage(
+        content=[Text(text="Let me check."), ToolCall(id="c1", name="note", arguments={})],
+        stop_reason="tool_use",
+    )
+    await store.append_message(conversation.id, checking, run_id=run.id)
+    surfaces = RecordingSurfaces()
+    runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=surfaces)
+
+    [recovered] = await runner.recover()
+
+    assert recovered.outcome == "interrupted"
+    [(_key, _ref, surface)] = surfaces.made
+    assert [(f.final_text, f.error_text) for f in surface.finished()] == [("", INTERRUPTED_TEXT)]

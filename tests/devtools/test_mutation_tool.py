@@ -3,6 +3,8 @@ equivalents list. (Running mutants is exercised by running the script.)"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -228,3 +230,39 @@ def test_a_rerun_renders_only_the_mutants_on_its_survivors_lines(
     _total, every = generate("m.py", SOURCE, max_count=1_000, seed=1)
     _total, near = generate("m.py", SOURCE, 1_000, 1, lambda m: True, near_lines={4})
     assert near and [m.mutation for m in near] == [m.mutation for m in every if m.line == 4]
+
+
+HANGS = """\
+import time
+
+
+def test_quick():
+    pass
+
+
+def test_hangs():
+    time.sleep(600)
+"""
+
+
+def test_a_test_that_outlives_its_own_limit_kills_the_mutant_at_once(tmp_path: Path) -> None:
+    # The request's own limit (10 minutes here) is never waited for: the hung test's is 1 s.
+    (tmp_path / "test_hangs.py").write_text(HANGS, encoding="utf-8")
+    root = Path(__file__).resolve().parents[2]
+    script = (
+        "import sys; from pathlib import Path; from devtools.mutation_server import run; "
+        "print(run(['test_hangs.py'], 600.0, Path('child.log'), "
+        "{'test_hangs.py::test_hangs': 1.0}))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == (
+        "('killed', 'ERROR timed out after 1 s: test_hangs.py::test_hangs')"
+    )
