@@ -1,11 +1,18 @@
 """What an MCP tool server costs: per call, at start, and to an answer that uses none of it.
 
-1. Per-call overhead: the same `echo` tool, built in (an `AgentTool` in this process) and as an
-   MCP tool over stdio (`tests.tools.mcp.server_app`, written with the `mcp` SDK's MCPServer,
-   reached through `tools.mcp`: our bounded stdio transport and the SDK's client session).
-   Each is called through `AgentTool.execute` CALLS times in a row, after a warm-up; the
-   overhead is the median MCP call minus the median built-in call (server time included: it
-   is what a model's call waits for).
+1. Per-call overhead = the MCP round trip minus the same tool built in. The same `echo` tool,
+   built in (an `AgentTool` in this process) and as an MCP tool over stdio, reached through
+   `tools.mcp` (our stdio transport and the SDK's client session), each called through
+   `AgentTool.execute` CALLS times in a row after a warm-up, ROUNDS times, alternating; a
+   figure is the median of the rounds' medians. The server is measured twice:
+   - `tests.tools.mcp.server_app`, written with the `mcp` SDK's MCPServer: the headline
+     figure, what a model's call to a typical SDK server waits for. Its cost is in the round
+     trip: the SDK's stdio server hands every line it reads and writes to a worker thread,
+     and runs a plain-function tool in one too; its CPU per call is shown beside ours.
+   - `tests.tools.mcp.line_server`, the same tool (same schemas, same result) answered from
+     one blocking loop without the SDK: the round trip is then almost all client (our
+     transport, the SDK's client session, the pipe), the client's share of the overhead.
+   CPU per call is read for both processes (ours: `time.process_time`; the server's: /proc).
 2. Time to first tool list with SERVERS (5) servers started at once, from a cold cache: the
    wall time until `McpHub.tools()` returns every server's tools.
 3. Time to an answer that uses no MCP tool (`teammate ask` path: `open_app` + `run_ask`,
@@ -13,11 +20,14 @@
    tools are cached (every run after the first), and the first time ever (no cached list:
    bounded by `first_list_wait_s`).
 
-Run: uv run python -m benchmarks.mcp_overhead [--calls 500] [--servers 5] [--start-delay 3]
-Prints conditions and a table; last, one JSON line with `mcp_call_overhead_ms`,
+Run: uv run python -m benchmarks.mcp_overhead [--calls 500] [--rounds 3] [--servers 5]
+     [--start-delay 3]
+Prints conditions and a table; last, one JSON line with `mcp_call_overhead_ms` (SDK server),
+`mcp_call_overhead_ms_minimal_server`, the CPU per call of each side,
 `first_tool_list_s_5_servers`, `answer_s_no_mcp`, `answer_s_slow_server_cached`,
 `answer_s_slow_server_first_time`. Targets: overhead under 2 ms on stdio; the cached answer
 no slower than without MCP (a server's start delays no answer that uses no MCP tool).
+The machine is shared: the conditions line gives the load average; run it more than once.
 A measurement, not a test: CI does not run it.
 """
 
@@ -51,6 +61,7 @@ from tools.mcp_config import McpServerConfig, McpSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, "-m", "tests.tools.mcp.server_app", "stdio"]
+MINIMAL_SERVER = [sys.executable, "-m", "tests.tools.mcp.line_server"]
 LIST_WAIT_S = 60.0  # a hang guard for the runs that must wait for a list
 
 
@@ -70,6 +81,10 @@ class EchoTool(AgentTool[EchoParams]):
 
 def server(*extra: str) -> McpServerConfig:
     return McpServerConfig(command=[*SERVER, *extra], cwd=str(ROOT))
+
+
+def minimal_server() -> McpServerConfig:
+    return McpServerConfig(command=MINIMAL_SERVER, cwd=str(ROOT))
 
 
 @dataclass(slots=True)
@@ -108,15 +123,35 @@ async def call_times(tool: AnyTool, calls: int, workspace: Path, pid: int | None
     return CallTimes(statistics.median(samples), min(samples), cpu, server_cpu)
 
 
-async def call_overhead(calls: int, workspace: Path) -> tuple[CallTimes, CallTimes]:
-    hub = McpHub(McpSettings(servers={"bench": server()}, first_list_wait_s=LIST_WAIT_S))
+async def mcp_call_times(config: McpServerConfig, calls: int, workspace: Path) -> CallTimes:
+    hub = McpHub(McpSettings(servers={"bench": config}, first_list_wait_s=LIST_WAIT_S))
     try:
         tools = {tool.name: tool for tool in await hub.tools()}
         pid = hub.servers["bench"].pid
-        mcp = await call_times(tools["bench__echo"], calls, workspace, pid)
+        return await call_times(tools["bench__echo"], calls, workspace, pid)
     finally:
         await hub.aclose()
-    return mcp, await call_times(EchoTool(), calls, workspace, None)
+
+
+def median_of(rounds: list[CallTimes]) -> CallTimes:
+    return CallTimes(
+        statistics.median(r.median_ms for r in rounds),
+        min(r.min_ms for r in rounds),
+        statistics.median(r.cpu_ms for r in rounds),
+        statistics.median(r.server_cpu_ms for r in rounds),
+    )
+
+
+async def call_overhead(
+    calls: int, rounds: int, workspace: Path
+) -> tuple[CallTimes, CallTimes, CallTimes]:
+    """(SDK server, minimal server, built in), each the median of `rounds` alternating runs."""
+    sdk, minimal, builtin = [], [], []
+    for _ in range(rounds):
+        sdk.append(await mcp_call_times(server(), calls, workspace))
+        minimal.append(await mcp_call_times(minimal_server(), calls, workspace))
+        builtin.append(await call_times(EchoTool(), calls, workspace, None))
+    return median_of(sdk), median_of(minimal), median_of(builtin)
 
 
 async def first_tool_list_s(servers: int) -> float:
@@ -168,6 +203,7 @@ async def answers(start_delay: float, repeats: int, base: Path) -> dict[str, flo
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--servers", type=int, default=5)
     parser.add_argument("--start-delay", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
@@ -176,30 +212,41 @@ async def main() -> None:
     print(
         f"conditions: python {platform.python_version()} on {platform.machine()}, "
         f"{os.cpu_count()} cores, load average {load:.1f}; {args.calls} calls per tool "
-        f"(median); {args.servers} stdio servers at once; a slow server starts in "
+        f"(median), {args.rounds} rounds (median of medians); {args.servers} stdio "
+        f"servers at once; a slow server starts in "
         f"{args.start_delay:g} s; answers: scripted model, median of {args.repeats}, "
         "first_list_wait_s 5 (the default)"
     )
     with tempfile.TemporaryDirectory(prefix="mcp-bench-") as scratch:
         base = Path(scratch)
-        mcp, builtin = await call_overhead(args.calls, base)
+        mcp, minimal, builtin = await call_overhead(args.calls, args.rounds, base)
         listed_s = await first_tool_list_s(args.servers)
         answered = await answers(args.start_delay, args.repeats, base)
     overhead = mcp.median_ms - builtin.median_ms
+    client_overhead = minimal.median_ms - builtin.median_ms
     rows = [
         (
             "built-in echo, ms per call: median / min",
             f"{builtin.median_ms:.3f} / {builtin.min_ms:.3f}",
         ),
         (
-            "MCP echo over stdio, ms per call: median / min",
+            "MCP echo over stdio, SDK server, ms per call: median / min",
             f"{mcp.median_ms:.3f} / {mcp.min_ms:.3f}",
         ),
-        ("MCP call overhead (median), ms; target < 2", f"{overhead:.3f}"),
-        ("MCP call overhead (min), ms", f"{mcp.min_ms - builtin.min_ms:.3f}"),
+        ("MCP call overhead, SDK server (median), ms; target < 2", f"{overhead:.3f}"),
+        ("MCP call overhead, SDK server (min), ms", f"{mcp.min_ms - builtin.min_ms:.3f}"),
         (
-            "CPU per MCP call: Teammate / server process, ms",
+            "  CPU per call: Teammate / SDK server process, ms",
             f"{mcp.cpu_ms:.3f} / {mcp.server_cpu_ms:.3f}",
+        ),
+        (
+            "MCP echo over stdio, minimal server, ms per call: median / min",
+            f"{minimal.median_ms:.3f} / {minimal.min_ms:.3f}",
+        ),
+        ("MCP call overhead, minimal server (client's share), ms", f"{client_overhead:.3f}"),
+        (
+            "  CPU per call: Teammate / minimal server process, ms",
+            f"{minimal.cpu_ms:.3f} / {minimal.server_cpu_ms:.3f}",
         ),
         (f"first tool list, {args.servers} servers at once, s", f"{listed_s:.3f}"),
         ("answer, no MCP server, s", f"{answered['answer_s_no_mcp']:.3f}"),
@@ -212,17 +259,20 @@ async def main() -> None:
             f"{answered['answer_s_slow_server_first_time']:.3f}",
         ),
     ]
-    print(f"{'measure':<52} {'value':>17}")
+    print(f"{'measure':<64} {'value':>17}")
     for label, value in rows:
-        print(f"{label:<52} {value:>17}")
+        print(f"{label:<64} {value:>17}")
     figures = {
         "mcp_call_overhead_ms": round(overhead, 3),
+        "mcp_call_overhead_ms_minimal_server": round(client_overhead, 3),
         f"first_tool_list_s_{args.servers}_servers": round(listed_s, 3),
         "mcp_call_ms": round(mcp.median_ms, 3),
         "mcp_call_min_ms": round(mcp.min_ms, 3),
         "builtin_call_ms": round(builtin.median_ms, 4),
         "mcp_call_cpu_ms": round(mcp.cpu_ms, 3),
         "mcp_server_cpu_ms": round(mcp.server_cpu_ms, 3),
+        "mcp_call_minimal_server_ms": round(minimal.median_ms, 3),
+        "mcp_call_cpu_ms_minimal_server": round(minimal.cpu_ms, 3),
         **{key: round(value, 3) for key, value in answered.items()},
     }
     print(json.dumps(figures))

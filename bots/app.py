@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TextIO, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
 from bots.channel_tools import channel_tools_factory
 from bots.errors import install_redaction
@@ -35,8 +35,10 @@ from core.tools import AnyTool
 from storage.base import ConversationStore
 from storage.postgres import PostgresStore, is_postgres_url, redact_url
 from storage.sqlite import SqliteStore
-from tools.mcp import McpHub
 from tools.toolset import build_toolset
+
+if TYPE_CHECKING:
+    from tools.mcp import McpHub
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +123,13 @@ def toolset_factory(
     return build
 
 
-def mcp_hub(settings: Settings) -> McpHub:
-    """The MCP servers of this process; none starts until a channel needs it."""
+def mcp_hub(settings: Settings) -> McpHub | None:
+    """The MCP servers of this process; none starts until a channel needs it. None when none
+    is configured: the MCP SDK is then never imported (about a second of every start)."""
+    if not settings.mcp.servers:
+        return None
+    from tools.mcp import McpHub
+
     return McpHub(settings.mcp, cache_dir=settings.data_dir)
 
 
@@ -132,7 +139,7 @@ class App:
     store: ConversationStore
     runner: ConversationRunner
     models: ModelFactory
-    mcp: McpHub
+    mcp: McpHub | None
     memory: ChannelMemory | None = None
     scheduler: Scheduler | None = None
 
@@ -261,6 +268,7 @@ async def open_app(
             await scheduler.close()
             await runner.close()
         finally:
-            await mcp.aclose()
+            if mcp is not None:
+                await mcp.aclose()
             await models.aclose()
             await store.close()

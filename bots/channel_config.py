@@ -2,7 +2,9 @@
 channel's day of usage as the usage commands show it.
 
 Owns: checking a change to a channel's extra system prompt, model or tools (stored tools can
-only narrow what the configuration file allows: a chat command must never turn on `bash`),
+only narrow what the configuration file allows: a chat command must never turn on `bash`;
+a stored list names MCP servers the way the file's `mcp_servers` does, a server for all its
+tools, or one of its tools as `teammate mcp list` shows it, `server__tool`; `keeps_tool`),
 storing it through the store's contract (`set_channel_config`, one read-modify-write at a time
 per process), and describing the result with where each value comes from. The runner layers
 what is stored over the file for every new run (`bots.settings.ChannelConfig`).
@@ -16,17 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bots.settings import ChannelConfig, Settings
 from core.models.catalog import ANTHROPIC_MODELS, anthropic_model_spec
+from core.tools import AnyTool
 from storage.base import ConversationStore, UsageSummary
 
 log = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 4000  # ChannelConfig.system_prompt's bound
 SHOWN_PROMPT_CHARS = 600
+# One MCP tool as the model sees it (tools.mcp_tools.tool_name): `server__tool`.
+_MCP_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,9 +70,34 @@ class ConfigView:
 
 
 def allowed_tools(settings: Settings, channel_key: str) -> list[str]:
-    """The tools the configuration file gives the channel: the most a command may keep."""
+    """The tools the configuration file gives the channel: the most a command may keep. Its
+    MCP servers are named too (a stored server name keeps all that server's tools)."""
     tools = settings.tools_for(channel_key)
-    return [*tools.enabled, *(["bash"] if tools.bash_enabled else [])]
+    return [
+        *tools.enabled,
+        *(["bash"] if tools.bash_enabled else []),
+        *mcp_servers(settings, channel_key),
+    ]
+
+
+def mcp_servers(settings: Settings, channel_key: str) -> list[str]:
+    """The configured MCP servers the file gives the channel (its `mcp_servers`; all if unset)."""
+    chosen = settings.tools_for(channel_key).mcp_servers
+    configured = settings.mcp.servers
+    return list(configured) if chosen is None else [n for n in chosen if n in configured]
+
+
+def keeps_tool(stored: Collection[str], tool: AnyTool) -> bool:
+    """Whether a stored tool list keeps `tool`: it names the tool, or the MCP server it is of."""
+    return tool.name in stored or _mcp_server_of(tool) in stored
+
+
+def _allowed(name: str, allowed: Collection[str], servers: Collection[str]) -> bool:
+    if name in allowed:
+        return True
+    if not _MCP_TOOL_NAME.fullmatch(name):
+        return False
+    return any(name.startswith(f"{server}__") and name != f"{server}__" for server in servers)
 
 
 def apply_change(
@@ -114,7 +147,8 @@ def describe(settings: Settings, channel_key: str, stored: ChannelConfig) -> Con
         prompt = "none"
     allowed = allowed_tools(settings, channel_key)
     if stored.tools is not None:
-        kept = [name for name in stored.tools if name in allowed]
+        servers = mcp_servers(settings, channel_key)
+        kept = [name for name in stored.tools if _allowed(name, allowed, servers)]
         tools = f"{', '.join(kept) or 'none'} (set here)"
     else:
         tools = f"{', '.join(allowed) or 'none'} (configuration file)"
@@ -204,7 +238,8 @@ def _with_tools(
     if value.lower() == "none":
         return "", stored.model_copy(update={"tools": ()})
     names = [name for name in value.replace(",", " ").split() if name]
-    refused = [name for name in names if name not in allowed]
+    servers = mcp_servers(settings, channel_key)
+    refused = [name for name in names if not _allowed(name, allowed, servers)]
     if refused:
         return (
             f"Not allowed here: {', '.join(_short(n, 40) for n in refused[:10])}. The "
@@ -242,3 +277,13 @@ def _quote(text: str) -> str:
 
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _mcp_server_of(tool: AnyTool) -> str | None:
+    """The MCP server a tool comes from (None for ours). Without importing the MCP SDK: an
+    MCP tool exists only once `tools.mcp_tools` was imported, and a process with no MCP
+    server configured never imports it."""
+    module = sys.modules.get("tools.mcp_tools")
+    if module is not None and isinstance(tool, module.McpTool):
+        return str(tool.server.name)
+    return None

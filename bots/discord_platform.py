@@ -17,14 +17,16 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
-import discord
 
 from bots.runner import ConversationRunner
 from bots.scheduler import StartedThread
 from bots.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    import discord
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,8 @@ SCOPES = ("bot", "applications.commands")
 
 def bot_permissions() -> discord.Permissions:
     """What the bot needs in the channels it serves (README, "Discord")."""
+    import discord  # (here: a process that serves only Slack never pays for importing it)
+
     return discord.Permissions(
         view_channel=True,
         send_messages=True,
@@ -51,6 +55,8 @@ def bot_permissions() -> discord.Permissions:
 
 
 def invite_url(application_id: str) -> str:
+    import discord
+
     return discord.utils.oauth_url(application_id, permissions=bot_permissions(), scopes=SCOPES)
 
 
@@ -225,6 +231,8 @@ class DiscordPlatform:
 
 
 def _start_error(exc: BaseException | None) -> str:
+    import discord
+
     if isinstance(exc, discord.LoginFailure):
         return "Discord refused DISCORD_BOT_TOKEN"
     if isinstance(exc, discord.PrivilegedIntentsRequired):

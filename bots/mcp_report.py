@@ -11,15 +11,19 @@ Must not: write SQL or know a chat platform.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from bots.settings import Settings
-from tools.mcp import McpHub, ServerReport
+
+if TYPE_CHECKING:
+    from tools.mcp import ServerReport
 
 Status = Literal["ok", "info", "warn", "fail"]
 
 
 async def inspect_servers(settings: Settings) -> list[ServerReport]:
+    from tools.mcp import McpHub  # (here: the MCP SDK loads only for these reports)
+
     hub = McpHub(settings.mcp, cache_dir=settings.data_dir)
     try:
         return await hub.inspect()

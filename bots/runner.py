@@ -26,6 +26,7 @@ from bots import compaction
 from bots.access import access_refusal
 from bots.attachments import files_out, user_message
 from bots.budgets import budget_refusal
+from bots.channel_config import keeps_tool
 from bots.errors import (
     describe_model_error,
     is_storage_failure,
@@ -355,32 +356,7 @@ class ConversationRunner:
             elif owner_alive(run.owner):
                 busy.add(run.conversation_id)
                 continue
-            loaded = await self.store.load(run.conversation_id)
-            messages = [stored.message for stored in loaded.messages]
-            answer = _final_answer(messages)
-            if answer is not None:
-                # It had answered (its reply is the last thing in history) and died showing
-                # it: closed as done, and its answer shown where it was being shown.
-                record = await self.store.finish_run(run.id, "done")
-                final_text, error_text = answer.text(), None
-            else:
-                for call_id, name in unanswered_tool_calls(messages):
-                    await self.store.append_message(
-                        run.conversation_id, interrupted_result(call_id, name), run_id=run.id
-                    )
-                record = await self.store.finish_run(
-                    run.id, "interrupted", error="interrupted by a restart"
-                )
-                final_text, error_text = "", INTERRUPTED_TEXT
-            recovered.append(record)
-            surface = self._surface_for(run.conversation_key, run.surface_ref)
-            if surface is not None:
-                feed = self._feed(run.conversation_key, surface, run_id=run.id)
-                feed.put(self._finished(record, final_text, error_text))
-                feed.close()
-            log.warning(
-                "run %s in %s was %s; repaired", run.id, run.conversation_key, record.outcome
-            )
+            recovered.append(await self._repair(run))
         for conversation_id in await self.store.pending_conversations():
             if conversation_id in busy:
                 continue
@@ -393,6 +369,42 @@ class ConversationRunner:
         for conversation_id in leased:
             await self._instances.release_lease(conversation_id)
         return recovered
+
+    async def _repair(self, run: RunRecord) -> RunRecord:
+        """Close a run its process left open (it died, or stalled past its lease), history
+        made replayable for good, and show its end where it was shown."""
+        loaded = await self.store.load(run.conversation_id)
+        messages = [stored.message for stored in loaded.messages]
+        answer = _final_answer(messages)
+        if answer is not None:
+            # It had answered (its reply is the last thing in history) and died showing it:
+            # closed as done, and its answer shown where it was being shown.
+            record = await self.store.finish_run(run.id, "done")
+            final_text, error_text = answer.text(), None
+        else:
+            for call_id, name in unanswered_tool_calls(messages):
+                await self.store.append_message(
+                    run.conversation_id, interrupted_result(call_id, name), run_id=run.id
+                )
+            record = await self.store.finish_run(
+                run.id, "interrupted", error="interrupted by a restart"
+            )
+            final_text, error_text = "", INTERRUPTED_TEXT
+        surface = self._surface_for(run.conversation_key, run.surface_ref)
+        if surface is not None:
+            feed = self._feed(run.conversation_key, surface, run_id=run.id)
+            feed.put(self._finished(record, final_text, error_text))
+            feed.close()
+        log.warning("run %s in %s was %s; repaired", run.id, run.conversation_key, record.outcome)
+        return record
+
+    async def _repair_taken_over(self, conversation_id: int) -> None:
+        """Close the runs a dead instance left open in a conversation this one just took over,
+        before answering anything there: a later run would end history with its own answer,
+        and the dead run's repair would show that one as its own."""
+        for run in await self.store.running_runs():
+            if run.conversation_id == conversation_id:
+                await self._repair(run)
 
     # -- several instances -----------------------------------------------------------------
 
@@ -479,6 +491,8 @@ class ConversationRunner:
                     self._hand_over(state)  # another instance runs it and was notified
                     return
                 leased = adopt = True  # and answers what others left pending
+                if self._instances.took_over(conversation_id):
+                    await self._repair_taken_over(conversation_id)
             if adopt:
                 await self._adopt_pending(state)
             while True:
@@ -496,6 +510,8 @@ class ConversationRunner:
                     if await self.store.pending(conversation_id) or state.inbox:
                         if await self._instances.acquire_lease(conversation_id):
                             leased = True
+                            if self._instances.took_over(conversation_id):
+                                await self._repair_taken_over(conversation_id)
                             await self._adopt_pending(state)
                         else:
                             self._hand_over(state)
@@ -619,7 +635,7 @@ class ConversationRunner:
         made = self._toolset_factory(conversation.channel_key)
         tools = list(await made if inspect.isawaitable(made) else made)
         if overrides.tools is not None:  # narrows only: never grants a tool
-            tools = [tool for tool in tools if tool.name in overrides.tools]
+            tools = [tool for tool in tools if keeps_tool(overrides.tools, tool)]
         if self._channel_tools is not None:
             tools += self._channel_tools(conversation.channel_key)
         prompt = self._system_prompt(conversation.channel_key, tools, overrides.system_prompt)

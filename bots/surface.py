@@ -23,8 +23,9 @@ What one surface sees (docs/architecture.md, "The event order"):
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from core.events import AgentEvent
 from core.messages import Author, Usage
@@ -97,6 +98,18 @@ class Surface(Protocol):
     async def close(self) -> None:
         """Flush everything pending (the final answer above all)."""
         ...
+
+
+@runtime_checkable
+class Checkpointed(Protocol):
+    """A surface that has its ref stored before it shows a run's end.
+
+    The feed records a surface's ref after each event; a message posted meanwhile (a stream
+    started by a throttled update) is stored only after the next event, the end. Killed while
+    showing the end, the run's stored ref would not name that message, and recovery would post
+    the answer again beside it. `checkpoint()` stores the current ref now."""
+
+    def set_checkpoint(self, checkpoint: Callable[[], Awaitable[None]]) -> None: ...
 
 
 class SurfaceFactory(Protocol):

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
-from bots.surface import RunStarted, Surface, SurfaceEvent
+from bots.surface import Checkpointed, RunStarted, Surface, SurfaceEvent
 from core.events import MessageUpdate
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,8 @@ class SurfaceFeed:
         self._closing = False
         self._run_id = run_id  # else learnt from the run_started it shows
         self._ref = self._read_ref()
+        if isinstance(surface, Checkpointed):
+            surface.set_checkpoint(self._checkpoint)
 
     @property
     def ref(self) -> dict[str, Any]:
@@ -148,6 +150,11 @@ class SurfaceFeed:
             return self.surface.ref != self._ref
         except Exception:
             return False
+
+    async def _checkpoint(self) -> None:
+        """Store the surface's ref now if it moved (the surface asks, before a run's end)."""
+        if self._ref_moved():
+            await self._record_ref()
 
     async def _record_ref(self) -> None:
         self._ref = self._read_ref()

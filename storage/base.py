@@ -489,6 +489,11 @@ class InstanceCoordination(Protocol):
         """Hold (or renew) the conversation's lease; False if another live instance does."""
         ...
 
+    def took_over(self, conversation_id: int) -> bool:
+        """True if the held lease was taken from another holder whose lease had expired: that
+        instance died (or stalled) and its runs in the conversation may still be open."""
+        ...
+
     async def release_lease(self, conversation_id: int) -> None: ...
 
     async def publish_stop(
@@ -515,6 +520,9 @@ class SingleProcess:
 
     async def acquire_lease(self, conversation_id: int) -> bool:
         return True
+
+    def took_over(self, conversation_id: int) -> bool:
+        return False  # (one process: `recover()` at start-up closes what a crash left open)
 
     async def release_lease(self, conversation_id: int) -> None:
         return None

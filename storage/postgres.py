@@ -975,6 +975,9 @@ class PostgresStore:
             raise RuntimeError(f"the store for {self.url} is closed")
         return await asyncio.shield(self._instances.acquire(conversation_id))
 
+    def took_over(self, conversation_id: int) -> bool:
+        return self._instances.took_over(conversation_id)
+
     async def release_lease(self, conversation_id: int) -> None:
         if not self._closed:
             await asyncio.shield(self._instances.release(conversation_id))

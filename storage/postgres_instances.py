@@ -56,6 +56,7 @@ class Instances:
         self.lease_ttl_s = lease_ttl_s
         self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._held: set[int] = set()
+        self._taken_over: set[int] = set()  # held leases taken from an expired holder
         # When each held lease was (last) taken: a lease taken while a renewal is on its way
         # was not in that renewal, and is not lost for it.
         self._taken: dict[int, int] = {}
@@ -64,6 +65,7 @@ class Instances:
         self._overflowed = False
         self._listener: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._beat_connection: asyncpg.Connection | None = None
         self._closed = False
 
     # --- leases ---------------------------------------------------------------------------
@@ -78,19 +80,31 @@ class Instances:
             "ELSE clock_timestamp() END "
             "WHERE conversation_leases.holder = EXCLUDED.holder "
             "OR conversation_leases.expires_at < clock_timestamp() "
-            "RETURNING true",
+            # xmax is 0 for a row just inserted, not for one updated: a row there already
+            # and not ours was another holder's, expired (a released lease has no row).
+            "RETURNING xmax <> 0",
             conversation_id,
             self.instance_id,
             self.lease_ttl_s,
         )
-        if got:
+        if got is not None:
+            if got and conversation_id not in self._held:
+                self._taken_over.add(conversation_id)
+            else:
+                self._taken_over.discard(conversation_id)
             self._held.add(conversation_id)
             self._taken[conversation_id] = next(self._takings)
             self._start_heartbeat()
-        return bool(got)
+        return got is not None
+
+    def took_over(self, conversation_id: int) -> bool:
+        """True if the lease this instance holds was taken from another holder whose lease had
+        expired (that holder died or stalled: its runs there may still be open)."""
+        return conversation_id in self._taken_over and conversation_id in self._held
 
     async def release(self, conversation_id: int) -> None:
         self._held.discard(conversation_id)
+        self._taken_over.discard(conversation_id)
         self._taken.pop(conversation_id, None)
         await self._pool.execute(
             "DELETE FROM conversation_leases WHERE conversation_id = $1 AND holder = $2",
@@ -103,30 +117,55 @@ class Instances:
             self._heartbeat = asyncio.create_task(self._beat(), name="lease-heartbeat")
 
     async def _beat(self) -> None:
-        while not self._closed:
-            await asyncio.sleep(self.lease_ttl_s / 3)
-            if not self._held:
-                continue
-            asked = {cid: self._taken.get(cid) for cid in self._held}
-            try:
-                renewed = await self._pool.fetch(
-                    "UPDATE conversation_leases "
-                    "SET expires_at = clock_timestamp() + make_interval(secs => $2) "
-                    "WHERE holder = $1 RETURNING conversation_id",
-                    self.instance_id,
-                    self.lease_ttl_s,
-                )
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("could not renew conversation leases: %s", exc)
-                continue
-            kept = {int(row[0]) for row in renewed}
-            for conversation_id in sorted(self._held - kept):
-                if self._taken.get(conversation_id) != asked.get(conversation_id, -1):
-                    continue  # taken (again) while the renewal was on its way
-                log.warning("lost the lease of conversation %s", conversation_id)
-                self._held.discard(conversation_id)
-                self._taken.pop(conversation_id, None)
-                self._put(LeaseLost(conversation_id))
+        try:
+            while not self._closed:
+                await asyncio.sleep(self.lease_ttl_s / 3)
+                if not self._held:
+                    continue
+                asked = {cid: self._taken.get(cid) for cid in self._held}
+                try:
+                    kept = await self._renew()
+                except (
+                    OSError,
+                    TimeoutError,
+                    asyncpg.PostgresError,
+                    asyncpg.InterfaceError,
+                ) as exc:
+                    log.warning("could not renew conversation leases: %s", exc)
+                    self._drop_heartbeat_connection()
+                    continue
+                for conversation_id in sorted(self._held - kept):
+                    if self._taken.get(conversation_id) != asked.get(conversation_id, -1):
+                        continue  # taken (again) while the renewal was on its way
+                    log.warning("lost the lease of conversation %s", conversation_id)
+                    self._held.discard(conversation_id)
+                    self._taken.pop(conversation_id, None)
+                    self._put(LeaseLost(conversation_id))
+        finally:
+            self._drop_heartbeat_connection()
+
+    async def _renew(self) -> set[int]:
+        """Renew every lease this instance holds (one statement); the conversations renewed.
+
+        On a connection of its own, not the pool's: behind a busy pool (every running
+        conversation queues its statements there) a renewal can wait longer than a lease
+        lives, and another instance would take over conversations this live one runs."""
+        if self._beat_connection is None or self._beat_connection.is_closed():
+            self._beat_connection = await asyncpg.connect(self._url, timeout=self.lease_ttl_s)
+        rows = await self._beat_connection.fetch(
+            "UPDATE conversation_leases "
+            "SET expires_at = clock_timestamp() + make_interval(secs => $2) "
+            "WHERE holder = $1 RETURNING conversation_id",
+            self.instance_id,
+            self.lease_ttl_s,
+            timeout=self.lease_ttl_s,
+        )
+        return {int(row[0]) for row in rows}
+
+    def _drop_heartbeat_connection(self) -> None:
+        if self._beat_connection is not None:
+            self._beat_connection.terminate()
+            self._beat_connection = None
 
     # --- notifications --------------------------------------------------------------------
 

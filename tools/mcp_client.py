@@ -13,6 +13,11 @@ A start that fails waits before the next attempt: nothing for the first, then 1,
 60 s; meanwhile calls fail at once saying why and when it is tried again. A successful start
 resets the count.
 
+A server's `notifications/tools/list_changed` makes the connection list its tools again (and
+tell `on_listed`, so runs that start afterwards get them). Bounded: one list at a time, after
+a short pause that gathers a burst of notices into one list, and at most one list a second
+however often a server announces changes. A list that fails keeps the last one.
+
 Every text that came from the server or its process is bounded and has the values of the
 configured secret variables replaced before it reaches a log, an error or the model.
 
@@ -50,6 +55,8 @@ MAX_LIST_PAGES = 10
 MAX_BACKOFF_S = 60.0
 MAX_ERROR_CHARS = 500
 HTTP_READ_TIMEOUT_S = 300.0  # an SSE stream may stay open; each call has its own deadline
+RELIST_DEBOUNCE_S = 0.2  # a server adding several tools announces each: one list for all
+RELIST_MIN_INTERVAL_S = 1.0  # a server announcing changes without end is listed once a second
 
 State = Literal["idle", "starting", "ready", "down", "closed"]
 
@@ -108,6 +115,7 @@ class McpServer:
         self.last_error: str | None = None
         self.listed: list[mcp_types.Tool] | None = None
         self.starts = 0  # connections made, for status and tests
+        self.relists = 0  # lists made after the server announced a change, for tests
         self._failures = 0
         self._next_start_at = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -115,6 +123,7 @@ class McpServer:
         self._ready = asyncio.Event()  # set when connected or when the attempt ended
         self._stop = asyncio.Event()
         self._process: StdioProcess | None = None
+        self._tools_changed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -162,6 +171,7 @@ class McpServer:
                     mode=self.config.protocol,
                     cache=None,
                     client_info=mcp_types.Implementation(name="teammate", version="0.1"),
+                    message_handler=self._on_message,
                 )
                 async with asyncio.timeout(self.config.start_timeout_s):
                     await stack.enter_async_context(client)
@@ -176,7 +186,13 @@ class McpServer:
                 log.info("MCP server %s ready: %d tools", self.name, len(listed))
                 if self._on_listed is not None:
                     self._on_listed(self, listed)
-                await self._until_stopped()
+                self._tools_changed.clear()  # what it announced while starting is listed
+                relisting = asyncio.create_task(self._relist_on_change(client))
+                try:
+                    await self._until_stopped()
+                finally:
+                    relisting.cancel()
+                    await asyncio.wait([relisting])
                 if not self.closed:
                     self._crashed(self._exit_reason("it stopped"))
         except asyncio.CancelledError:
@@ -260,6 +276,34 @@ class McpServer:
             parts.append(f"last stderr line: {line}")
         return "; ".join(parts) or fallback
 
+    async def _on_message(self, message: mcp_types.ServerNotification | Exception) -> None:
+        # Called by the session for each notification: note it, never wait here.
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._tools_changed.set()
+
+    async def _relist_on_change(self, client: Client) -> None:
+        """List the tools again each time the server says they changed (see the module)."""
+        while True:
+            await self._tools_changed.wait()
+            await asyncio.sleep(RELIST_DEBOUNCE_S)
+            self._tools_changed.clear()
+            try:
+                async with asyncio.timeout(self.config.call_timeout_s):
+                    listed = await self._list_tools(client)
+            except Exception as exc:  # the connection task notices a crash; keep the list
+                log.warning(
+                    "MCP server %s: listing its changed tools failed: %s",
+                    self.name,
+                    self.redact(_describe(exc)),
+                )
+            else:
+                self.listed = listed
+                self.relists += 1
+                log.info("MCP server %s changed its tools: %d tools", self.name, len(listed))
+                if self._on_listed is not None:
+                    self._on_listed(self, listed)
+            await asyncio.sleep(RELIST_MIN_INTERVAL_S)
+
     async def _list_tools(self, client: Client) -> list[mcp_types.Tool]:
         found: list[mcp_types.Tool] = []
         cursor: str | None = None
@@ -289,20 +333,32 @@ class McpServer:
 
         Raises `McpUnavailable` or `McpCallFailed` with a text for the model; returns the
         result as the server sent it (the caller bounds it)."""
-        timeout_s = self.config.call_timeout_s
-        stopped = asyncio.ensure_future(signal.wait())
-        work = asyncio.ensure_future(self._call(tool, arguments, timeout_s))
-        try:
-            await asyncio.wait([work, stopped], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-            if not work.done():
-                work.cancel()
-                with contextlib.suppress(BaseException):
-                    await work
-        if work.cancelled():
+        if signal.cancelled:
             raise McpCallFailed(f"The call was stopped: {signal.reason or 'cancelled'}.")
-        return work.result()
+        # The call runs in the caller's task (a task per call would cost two task switches);
+        # a small watcher cancels it if the run's signal is set, and the cancel is turned
+        # into the model's message here.
+        task = asyncio.current_task()
+        assert task is not None
+        active, fired = True, False
+
+        def stop(waited: asyncio.Future[None]) -> None:
+            nonlocal fired
+            if active and not waited.cancelled():  # not once the call has returned
+                fired = True
+                task.cancel()
+
+        stopped = asyncio.ensure_future(signal.wait())
+        stopped.add_done_callback(stop)
+        try:
+            return await self._call(tool, arguments, self.config.call_timeout_s)
+        except asyncio.CancelledError:
+            if not fired or task.uncancel() > 0:
+                raise  # cancelled from outside as well: not ours to swallow
+            raise McpCallFailed(f"The call was stopped: {signal.reason or 'cancelled'}.") from None
+        finally:
+            active = False
+            stopped.cancel()
 
     async def _call(
         self, tool: str, arguments: dict[str, Any], timeout_s: float

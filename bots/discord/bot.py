@@ -52,6 +52,7 @@ from bots.discord.events import (
 from bots.discord.payloads import interaction_payload, message_payload
 from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
 from bots.incoming import Attachment, BackfillMessage, Incoming
+from bots.journal import EventJournal, Replay
 from bots.memory import ChannelMemory, MemoryCommand, run_memory_command
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
 from bots.scheduler import SCHEDULED_BY, StartedThread
@@ -76,6 +77,11 @@ IDLE_TEXT = "Nothing is running here."
 RESTARTING_TEXT = "I'm restarting; ask again in a minute."
 FEEDBACK_TEXT = "Thanks for the feedback."
 UNKNOWN_RUN_TEXT = "I no longer know that answer, so the vote was not kept."
+# An /ask is written down before it is deferred (the defer is its ack; docs/architecture.md,
+# "Before the accept"): a crash before it reached the store answers it at the next start.
+ASK_JOURNAL_DIR = "discord-asks"  # in the data directory
+ASK = "ask"
+ASK_JOURNAL_MAX_WAIT_S = 1.5  # of Discord's 3 s before the defer; past it, answered unjournaled
 NO_THREADS_TEXT = (
     "I can't start a thread here: I need the Create Public Threads permission in this channel."
 )
@@ -127,6 +133,8 @@ class TeammateBot(commands.Bot):
         self._closing = False  # a graceful stop began: no new conversations or runs
         self.configs = ChannelConfigs(runner.store, settings)
         self.memory = ChannelMemory(runner.store, settings.memory, settings.secrets())
+        self.journal = EventJournal(settings.data_dir / ASK_JOURNAL_DIR)
+        self._replayed = False
         self._add_commands()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -150,6 +158,10 @@ class TeammateBot(commands.Bot):
             else "without the Message Content intent: mentions, replies to me and DMs only"
         )
         log.info("Discord: logged in as %s, %s", self.user, mode)
+        if not self._replayed:  # once: on_ready comes again after a reconnect
+            self._replayed = True
+            for replay in await self.journal.adopt_orphans():
+                self._spawn(self._replay_ask(replay))
 
     async def stop_taking_work(self, *, grace_s: float) -> None:
         """A graceful stop: new messages and `/ask` are no longer taken; messages already
@@ -169,6 +181,7 @@ class TeammateBot(commands.Bot):
         for task in list(self._tasks):
             task.cancel()
         await super().close()
+        await self.journal.close()  # an /ask not yet stored is answered at the next start
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -274,7 +287,9 @@ class TeammateBot(commands.Bot):
         key = parsed.conversation_key
         return key not in self._threads and await self.runner.store.get_conversation(key) is None
 
-    async def _thread_from(self, message: discord.Message, text: str) -> discord.Thread:
+    async def _thread_from(
+        self, message: discord.Message | discord.PartialMessage, text: str
+    ) -> discord.Thread:
         name = " ".join(text.split())[:THREAD_NAME_CHARS] or "Teammate"
         try:
             return await message.create_thread(name=name)
@@ -416,6 +431,7 @@ class TeammateBot(commands.Bot):
         if self._closing:
             await interaction.response.send_message(RESTARTING_TEXT, ephemeral=True)
             return
+        entry = await self._write_down(interaction)
         # Within Discord's 3 seconds: "Teammate is thinking…" shows until the answer streams.
         callback = await interaction.response.defer(thinking=True)
         # The callback's answer carries the "thinking" message: no GET of @original per /ask
@@ -426,7 +442,64 @@ class TeammateBot(commands.Bot):
             if isinstance(resource, discord.InteractionMessage)
             else await interaction.original_response()
         )
-        channel = interaction.channel
+        await self._answer_ask(command, interaction.channel, original, interaction)
+        if entry is not None:
+            await self.journal.done(entry)
+
+    async def _write_down(self, interaction: discord.Interaction[Any]) -> int | None:
+        """The /ask in the journal (fsynced), or None if that took too long or failed: then
+        it is answered all the same, only not across a crash."""
+        try:
+            async with asyncio.timeout(ASK_JOURNAL_MAX_WAIT_S):
+                return await self.journal.record(ASK, interaction_payload(interaction))
+        except (TimeoutError, OSError) as exc:
+            log.warning(
+                "an /ask was not written down (%s): a crash before it is stored loses it", exc
+            )
+            return None
+
+    async def _replay_ask(self, replay: Replay) -> None:
+        """An /ask a crashed process deferred and had not stored: find its "thinking…"
+        response through the interaction's token (alive 15 minutes) and answer it there. One
+        never deferred, or older than the token, is given up: the person saw it fail."""
+        command = parse_interaction(replay.body)
+        token, application_id = replay.body.get("token"), replay.body.get("application_id")
+        if not isinstance(command, SlashCommand) or not token or not application_id:
+            await self.journal.done(replay.entry)
+            return
+        context = command.context
+        route = discord.http.Route(
+            "GET",
+            "/webhooks/{webhook_id}/{webhook_token}/messages/@original",
+            webhook_id=application_id,
+            webhook_token=token,
+        )
+        try:
+            shown = await self.http.request(route)
+            channel = self.get_channel(int(context.channel_id)) or await self.fetch_channel(
+                int(context.channel_id)
+            )
+        except discord.HTTPException as exc:
+            log.warning("an /ask from before a restart is gone (%s); not answered", exc.status)
+            await self.journal.done(replay.entry)
+            return
+        log.info("answering an /ask from before a restart (interaction %s)", context.delivery_id)
+        if isinstance(channel, discord.TextChannel | discord.Thread | discord.DMChannel):
+            original = channel.get_partial_message(int(shown["id"]))
+            await self._answer_ask(command, channel, original, None)
+        await self.journal.done(replay.entry)
+
+    async def _answer_ask(
+        self,
+        command: SlashCommand,
+        channel: object,
+        original: discord.Message | discord.PartialMessage,
+        interaction: discord.Interaction[Any] | None,
+    ) -> None:
+        """After the defer: the thread from the response (in a text channel), then the
+        runner. `interaction` is None for an /ask replayed after a restart (its response is
+        then edited with the bot token)."""
+        context = command.context
         if channel is None or not isinstance(channel, discord.abc.Messageable):
             return
         conversation_channel = channel
@@ -438,7 +511,10 @@ class TeammateBot(commands.Bot):
                 thread = await self._thread_from(original, command.prompt)
             except discord.Forbidden:
                 log.warning("no permission to create threads in %s", context.channel_key)
-                await interaction.edit_original_response(content=NO_THREADS_TEXT)
+                if interaction is not None:
+                    await interaction.edit_original_response(content=NO_THREADS_TEXT)
+                else:
+                    await original.edit(content=NO_THREADS_TEXT)
                 return
             conversation_channel, head_channel, thread_id = thread, channel, str(thread.id)
         key = conversation_key(context.guild_id, thread_id)

@@ -7,7 +7,7 @@ mode: signed requests on `/slack/events`), the tasks that do each event's work a
 acknowledgement, and a graceful shutdown.
 
 The acknowledgement comes first: every listener only writes a message event to the journal
-(`bots.slack.journal`: an acknowledged event survives a crash before it reached the store)
+(`bots.journal`: an acknowledged event survives a crash before it reached the store)
 and schedules its work in a task tracked here (bolt runs with `process_before_response=True`,
 so the ack is sent the moment the listener returns, with no polling). Before taking events,
 `connect_socket_mode` and `listen_http` replay what a crashed process acknowledged and never
@@ -26,12 +26,12 @@ from typing import Any, Literal
 
 import aiohttp
 
+from bots.journal import EventJournal
 from bots.runner import ConversationRunner
 from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import Settings, SettingsError
 from bots.slack.events import SlackMessage
 from bots.slack.files import FileFetcher
-from bots.slack.journal import EventJournal
 from bots.slack.listeners import SlackIdentity, SlackListeners
 from bots.slack.surface import SlackFeatures, SlackSurface, SlackSurfaces, SurfaceOptions
 from bots.slack.users import UserNames

@@ -14,7 +14,7 @@ answered once, and a delivery is never claimed without its message being stored.
 stores no message (a stop, a refusal note) is claimed on its own, so that a late retry cannot
 stop a newer run or repeat a note. What remains is the window between the acknowledgement and
 that transaction (the name, the files, the thread's backfill), which Slack will not cover by
-redelivering: every message event is therefore written to the journal (`bots.slack.journal`)
+redelivering: every message event is therefore written to the journal (`bots.journal`)
 before its listener returns (the return is the ack), marked done when its work is over, and
 replayed after a crash (`replay`); accepting is idempotent, so a replay of an event already
 accepted is dropped as a duplicate. A graceful shutdown drains the window instead.
@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from bots.access import access_refusal
 from bots.incoming import Incoming
+from bots.journal import EventJournal, Replay
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
 from bots.settings import Settings
 from bots.slack.backfill import thread_backfill
@@ -52,7 +53,6 @@ from bots.slack.events import (
     parse_event,
 )
 from bots.slack.files import Fetched, FileFetcher
-from bots.slack.journal import EventJournal, Replay
 from bots.slack.users import UserNames, readable_mentions
 from bots.surface import Surface
 from core.messages import Author
@@ -164,7 +164,8 @@ class SlackListeners:
         cannot be written in time this raises: bolt answers 500 and Slack delivers it again."""
         entry = None
         if self._journal is not None and self._may_matter(body):
-            entry = await asyncio.wait_for(self._journal.record(kind, body), JOURNAL_MAX_WAIT_S)
+            async with asyncio.timeout(JOURNAL_MAX_WAIT_S):  # (no task of its own: fewer turns)
+                entry = await self._journal.record(kind, body)
         self._spawn(self._then_done(entry, kind, body), _task_name(body))
 
     def _may_matter(self, body: dict[str, Any]) -> bool:

@@ -187,6 +187,7 @@ class SlackSurface:
         self._outcome = "running"  # how the run ended, once it has
         self._closed = False
         self._throttle = Throttle(self._flush, self._options.update_interval_s)
+        self._checkpoint: Callable[[], Awaitable[None]] | None = None
         self._status_throttle = Throttle(self._flush_status, self._options.update_interval_s)
 
     @classmethod
@@ -232,6 +233,9 @@ class SlackSurface:
         }
 
     # -- the Surface contract ------------------------------------------------------------------
+
+    def set_checkpoint(self, checkpoint: Callable[[], Awaitable[None]]) -> None:
+        self._checkpoint = checkpoint
 
     async def emit(self, event: SurfaceEvent) -> None:
         match event:
@@ -587,6 +591,8 @@ class SlackSurface:
         if self._working_task is not None:  # a 👀 in flight lands before it is taken away
             await self._working_task
         await self._throttle.close()  # an update in flight completes; nothing new starts
+        if self._checkpoint is not None:  # the messages posted so far, stored before the end
+            await self._checkpoint()
         self._run_id = self._run_id or event.run_id
         body = self._final_text(event)
         error_text = event.error_text
@@ -668,6 +674,12 @@ class SlackSurface:
                             channel=self._channel,
                             ts=target,
                         )
+            if self._recovered:
+                # The run that died (or lost its lease to this instance) may have posted this
+                # part before its run was closed: shown again in place, never twice.
+                posted = await self._find_posted(f"answer:{index}")
+                if posted is not None and await self._update(posted, message):
+                    continue
             await self._post_once(message, part=f"answer:{index}")
         if stream_ts is not None and progress_ts is not None:
             await self._finish_progress(progress_ts, attachments)

@@ -641,10 +641,12 @@ async def test_waiting_covers_a_slow_surface_even_after_another_one_finished(
     runner = make_runner(store, tmp_path, lambda _id: model, allowed_users=[ADA.id])
     slow = GatedSurface()
     assert await runner.submit(incoming("hello"), slow) == "started"
-    # The run ends while its answer waits for the slow surface (the runner offers no event for
-    # "run over, not yet shown": `wait` covers both, which is what is tested here).
-    while runner.is_running(KEY):  # noqa: ASYNC110
+    # The run's answer is written while it waits for the slow surface (the runner offers no
+    # event for "answered, not yet shown": `wait` covers both, which is what is tested here).
+    conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
+    while await store.message_count(conversation.id) < 2:  # noqa: ASYNC110 (the question, the answer)
         await asyncio.sleep(0.01)
+    assert runner.is_running(KEY)  # closed only once its end is shown
     # Another person's message in the same thread is refused, and that surface is done.
     refused = RecordingSurface()
     assert await runner.submit(incoming("me too", author=BOB), refused) == "refused"

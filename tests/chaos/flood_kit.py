@@ -199,7 +199,7 @@ async def flood(
             seen = [
                 token
                 for reply in slack.bot_replies(channel, root_ts)
-                for token in ANSWERED.findall(_final_text(reply))
+                for token in _answered_in(reply)
             ]
             for token in seen:
                 answered[token] = answered.get(token, 0) + 1
@@ -245,6 +245,9 @@ async def _accepted_order(runner: ConversationRunner, key: str) -> list[str]:
     ]
 
 
-def _final_text(reply: dict[str, Any]) -> str:
-    """What a bot message says now (its text and blocks, not the attachments of tools)."""
-    return json.dumps({k: reply.get(k) for k in ("text", "blocks")}, ensure_ascii=False)
+def _answered_in(reply: dict[str, Any]) -> list[str]:
+    """The tokens a bot message answers as people see it: its blocks when they carry the
+    answer, else its text (a message with both repeats the answer in the text only as the
+    notification's fallback: not an answer given twice)."""
+    shown = ANSWERED.findall(json.dumps(reply.get("blocks"), ensure_ascii=False))
+    return shown or ANSWERED.findall(str(reply.get("text") or ""))

@@ -1,20 +1,24 @@
 """Crash anywhere, the CI-sized part: the real `teammate slack --http` SIGKILLed at seeded
 moments of an answer and restarted (`tests/chaos/crash_harness.py` says how and what is
-checked); `benchmarks/chaos.py` does the same 50+ times per backend.
+checked); `benchmarks/chaos.py` does the same 50+ times per backend, every phase.
 
-The five runs hit five different moments (the seeds pick where within each): the final
-stream, the ack-to-accept window and the tool on SQLite; the tool and the model request after
-it on PostgreSQL, where the two other instances take the conversation over (a posting kill
-there sometimes finds no such write in the thread: see benchmarks/chaos.py's "missed").
+CI kills once per moment, each moment once (a process start is the cost, so no repeats
+here): on SQLite the final stream, the tool, the model request after it and the end of the
+answer being posted, in one rig. The ack-to-accept window has its own test
+(test_slack_ack_window.py), as has a Discord `/ask` killed after its defer
+(test_discord_ask_crash.py). Three PostgreSQL instances taking a killed one's conversation
+over are in CI as tests/bots/slack/test_e2e_scale_out.py (killed inside a tool call); this
+file's PostgreSQL run is opt-in (`TEAMMATE_CHAOS_LONG=1`), like the benchmark.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.chaos.crash_harness import CrashReport, crash_runs
+from tests.chaos.crash_harness import CrashReport, Phase, crash_runs
 from tests.storage import pg
 
 
@@ -24,7 +28,7 @@ def pg_server() -> Iterator[pg.PgServer | None]:
         yield found
 
 
-def check(report: CrashReport, phases: list[str]) -> None:
+def check(report: CrashReport, phases: list[Phase]) -> None:
     described = "\n".join(
         f"run {r.run} {r.phase} ({r.hit}): {r.problem or 'ok'}" for r in report.runs
     )
@@ -36,10 +40,20 @@ def check(report: CrashReport, phases: list[str]) -> None:
 
 
 async def test_one_process_on_sqlite_survives_kills_at_seeded_moments() -> None:
-    report = await crash_runs("sqlite", 3, seed=29, plan=["final_stream", "accept", "tool"])
-    check(report, ["final_stream", "accept", "tool"])
+    # The posting kill lands while the end of the answer is being shown (chat.stopStream). The
+    # run used to be closed in the store before its end was shown: killed then, nobody showed
+    # it (the thread kept a half stream, with no answer and no notice). Now the run is closed
+    # only once its end is shown, and recovery shows an answer that was complete in history.
+    plan: list[Phase] = ["final_stream", "tool", "between", "posting"]
+    report = await crash_runs("sqlite", 4, seed=29, plan=plan, posting=("chat.stopStream", False))
+    check(report, plan)
+    assert not report.runs[3].interrupted  # the posting kill: the answer itself, not a notice
 
 
+@pytest.mark.skipif(
+    os.environ.get("TEAMMATE_CHAOS_LONG") != "1",
+    reason="opt-in (TEAMMATE_CHAOS_LONG=1): the takeover is in CI as test_e2e_scale_out.py",
+)
 async def test_three_instances_on_postgresql_take_over_a_killed_one(
     pg_server: pg.PgServer | None,
 ) -> None:
@@ -48,25 +62,8 @@ async def test_three_instances_on_postgresql_take_over_a_killed_one(
     schema = await pg_server.create_schema("chaos")
     try:
         report = await crash_runs(
-            "postgres",
-            2,
-            seed=24,
-            database_url=pg_server.schema_url(schema),
-            plan=["tool", "between"],
+            "postgres", 1, seed=24, database_url=pg_server.schema_url(schema), plan=["between"]
         )
     finally:
         await pg_server.drop_schema(schema)
-    check(report, ["tool", "between"])
-
-
-async def test_killed_while_the_end_of_an_answer_was_being_posted_it_is_shown_after_restart() -> (
-    None
-):
-    # The run was closed in the store before its end was shown: killed then, nobody showed it
-    # (the thread kept a half stream, with no answer and no notice). Now the run is closed
-    # only once its end is shown, and recovery shows an answer that was complete in history.
-    report = await crash_runs(
-        "sqlite", 1, seed=1, plan=["posting"], posting=("chat.stopStream", False)
-    )
-    check(report, ["posting"])
-    assert not report.runs[0].interrupted  # the answer itself, not a notice
+    check(report, ["between"])

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
+from bots import journal as journal_module
+from bots.journal import MAX_ATTEMPTS, EventJournal
 from bots.recovery import OWNER
-from bots.slack import journal as journal_module
-from bots.slack.journal import MAX_ATTEMPTS, EventJournal
 
 
 def body(n: int) -> dict[str, object]:
@@ -99,3 +100,50 @@ async def test_a_journal_closed_with_everything_done_is_removed(tmp_path: Path) 
     await journal.done(entry)
     await journal.close()
     assert not journal.path.exists()
+
+
+async def test_events_written_down_together_are_acknowledged_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit without a queue behind it: the events that arrived while an fsync ran
+    share the next fsync and all resume in the same turn of the event loop. (Under a flood a
+    busy loop's turn takes a long while; the journal used to release the events of one
+    commit one per turn through its lock, and past 2 s the rest were refused.)"""
+    journal = EventJournal(tmp_path)
+    await journal.open()
+    entered, release = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def first_fsync_held(fd: int) -> None:
+        if not entered.is_set():
+            entered.set()
+            release.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", first_fsync_held)
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    counter = asyncio.create_task(count_turns())
+    acknowledged_at: dict[int, int] = {}
+
+    async def event(n: int) -> None:
+        await journal.record("event", body(n))
+        acknowledged_at[n] = turns
+
+    first = asyncio.create_task(event(0))
+    await asyncio.to_thread(entered.wait, 30)  # the first commit is running
+    waiting = [asyncio.create_task(event(n)) for n in range(1, 41)]
+    for _ in range(5):
+        await asyncio.sleep(0)  # they all arrive while it runs
+    release.set()
+    await asyncio.gather(first, *waiting)
+    counter.cancel()
+    assert len({acknowledged_at[n] for n in range(1, 41)}) <= 2
+    assert [b for _, b, _ in journal_module._undone(journal.path)] == [body(n) for n in range(41)]
+    await journal.close()

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from bots.runner import QUEUED_TEXT, ConversationRunner
 from bots.settings import Settings
-from core.messages import AssistantMessage, Author, Message, UserMessage
+from core.messages import AssistantMessage, Author, Message, Text, UserMessage
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
 from storage.base import ConversationStore, RunRecord
@@ -236,3 +236,52 @@ async def test_a_dead_instances_run_is_recovered_and_announced_once_by_one_survi
         finally:
             for survivor in survivors:
                 await survivor.close()
+
+
+async def test_a_conversation_taken_over_by_a_new_message_closes_the_dead_run_first(
+    pg_url: str, tmp_path: Path
+) -> None:
+    # Found by the scale-out test: an instance died after showing an answer and before closing
+    # its run; the next message in that thread reached another instance, which took the
+    # expired lease and answered it, and only then did a takeover sweep find the dead run open
+    # and "show its answer", which it read from the end of history: the new answer, shown in
+    # place of the old one. Whoever takes a conversation over closes its dead runs first.
+    ada = {"surface": "recording", "name": "ada"}
+    dead = await PostgresStore.open(pg_url, lease_ttl_s=0.3)
+    accepted = await dead.accept_delivery(
+        KEY, incoming_message("question"), channel_key=CHANNEL, delivery_id="e1", surface_ref=ada
+    )
+    assert accepted is not None
+    conversation_id = accepted.conversation.id
+    assert await dead.acquire_lease(conversation_id)
+    run = await dead.start_run(
+        conversation_id, owner={"host": "elsewhere", "pid": 1}, surface_ref=ada,
+        deliver=[accepted.item.id],
+    )  # fmt: skip
+    await dead.append_message(
+        conversation_id, AssistantMessage(content=[Text(text="the first answer")]), run_id=run.id
+    )
+    dead._instances._held.clear()  # it dies: no heartbeat, the lease is not handed back
+    await dead.close()
+
+    model = ScriptedModel([Reply(text="the second answer")])
+    surfaces = RecordingSurfaces()
+    async with PostgresStore.open(pg_url) as store:
+        runner = make_runner(store, tmp_path, model, (), surfaces)  # no sweep has run yet
+        try:
+            await asyncio.sleep(0.5)  # the dead instance's lease expires
+            bob = RecordingSurface("bob")
+            assert await runner.submit(incoming("and then?", author=BOB), bob) == "started"
+            await asyncio.wait_for(runner.wait(KEY), LIMIT_S)
+
+            assert await store.running_runs() == []  # the dead run is closed, as answered
+            [(_key, _ref, old)] = surfaces.made  # shown where the dead run was shown
+            assert [(f.outcome, f.final_text) for f in old.finished()] == [
+                ("done", "the first answer")
+            ]
+            assert [f.final_text for f in bob.finished()] == ["the second answer"]
+            assert [said(m) for m in (await history(store))] == [
+                "question", "the first answer", "and then?", "the second answer"
+            ]  # fmt: skip
+        finally:
+            await runner.close()

@@ -10,7 +10,7 @@ its answer was counted as held and not renewed, so it was reported lost.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from storage.postgres import PostgresStore
 
@@ -18,24 +18,19 @@ KEY = "slack:T1:C1:1700000000.000100"
 CHANNEL = "slack:T1:C1"
 
 
-class GatedPool:
-    """The store's pool; the heartbeat's renewal is carried out, then its answer held until
-    `release` is set."""
+class GatedRenewal:
+    """The heartbeat's renewal, carried out, then its answer held until `release` is set."""
 
-    def __init__(self, pool: Any) -> None:
-        self._pool = pool
+    def __init__(self, renew: Callable[[], Awaitable[set[int]]]) -> None:
+        self._renew = renew
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pool, name)
-
-    async def fetch(self, sql: str, *args: Any) -> Any:
-        rows = await self._pool.fetch(sql, *args)
-        if sql.startswith("UPDATE conversation_leases"):  # done: its answer is on its way
-            self.entered.set()
-            await self.release.wait()
-        return rows
+    async def __call__(self) -> set[int]:
+        renewed = await self._renew()
+        self.entered.set()  # done: its answer is on its way
+        await self.release.wait()
+        return renewed
 
 
 async def test_a_lease_taken_during_a_renewal_is_not_reported_lost(pg_url: str) -> None:
@@ -43,8 +38,8 @@ async def test_a_lease_taken_during_a_renewal_is_not_reported_lost(pg_url: str) 
         first = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
         second = await store.get_or_create_conversation(KEY + "1", channel_key=CHANNEL)
         instances = store._instances
-        gated = GatedPool(instances._pool)
-        instances._pool = gated  # type: ignore[assignment]
+        gated = GatedRenewal(instances._renew)
+        instances._renew = gated  # type: ignore[method-assign]
         assert await store.acquire_lease(first.id)  # starts the heartbeat
         await asyncio.wait_for(gated.entered.wait(), 30)  # a renewal is on its way
         assert await store.acquire_lease(second.id)  # taken meanwhile

@@ -18,6 +18,7 @@ names, the real runner, `bot.run`), with two things a test needs that the CLI's 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 import sys
@@ -125,4 +126,7 @@ async def main(api_url: str, database_url: str, data_dir: Path, gates: Path) -> 
 
 
 if __name__ == "__main__":
+    logging.basicConfig(  # to the file the test gave as stderr
+        level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     asyncio.run(main(sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])))

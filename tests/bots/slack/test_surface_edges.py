@@ -12,9 +12,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bots.slack import blocks
 from bots.slack.surface import DONE_REACTION, SlackFeatures, SlackSurface, SurfaceOptions
 from bots.surface import Notice
+from bots.surface_feed import SurfaceFeed
 from tests.bots.slack.surface_script import (
     ALICE,
     CHANNEL,
+    RUN_ID,
     Reply,
     fences_balanced,
     finished,
@@ -490,3 +492,58 @@ async def test_a_stream_still_going_after_two_activity_delays_gets_its_stop_butt
     [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
     assert answer["text"] == "Streaming along, still going"
     assert len(fake_slack.deleted) == 1 and has_stop(fake_slack.deleted[0])
+
+
+async def test_an_answer_already_posted_is_not_posted_again_by_recovery(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # A run's answer posted, then its process died (or lost its lease) before the run was
+    # closed: whoever recovers it shows that answer where it is, not a second time.
+    surface, question = make_surface(
+        slack_client, fake_slack, streaming=False, working_delay_s=3600
+    )
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("The answer."))
+    await surface.emit(reply.end())
+    await surface.emit(finished("The answer."))
+    await surface.close()
+    [posted] = fake_slack.bot_replies(CHANNEL, question["ts"])
+
+    recovered = SlackSurface.from_ref(slack_client, surface.ref)
+    assert recovered is not None
+    await recovered.emit(finished("The answer."))
+    await recovered.close()
+    [shown] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert shown["ts"] == posted["ts"] and markdown_of(shown) == "The answer."
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
+
+
+async def test_the_stream_is_recorded_with_the_run_before_its_end_is_shown(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # The stream was started by a throttled update between two events, so the feed had not
+    # seen its ts yet; killed right after the end was shown, the run's stored ref must name
+    # the stream, or whoever recovers the run posts the answer a second time beside it.
+    surface, _ = make_surface(slack_client, fake_slack, streaming=True, working_delay_s=3600)
+    recorded: list[tuple[dict[str, object], int]] = []  # (ref, Slack calls made by then)
+
+    async def on_ref_change(_run_id: int, ref: dict[str, object]) -> None:
+        recorded.append((ref, len(fake_slack.calls)))
+
+    feed = SurfaceFeed(surface, on_ref_change=on_ref_change, run_id=RUN_ID)
+    feed.put(started())
+    reply = Reply()
+    feed.put(reply.text("The answer."))
+    await fake_slack.wait_for(lambda fake: bool(fake.calls_to("chat.startStream")), limit_s=10)
+    feed.put(reply.end())
+    feed.put(finished("The answer."))
+    feed.close()
+    await asyncio.wait_for(feed.wait(), 10)
+    assert len(fake_slack.calls_to("chat.startStream")) == 1
+    methods = [c.method for c in fake_slack.calls]
+    shown_at = methods.index("chat.stopStream")  # the end: from here on it is visible
+    assert any(ref.get("stream_ts") for ref, calls in recorded if calls <= shown_at), (
+        recorded,
+        methods,
+    )

@@ -7,7 +7,8 @@ Tools: `echo` (text back), `add`, `whoami` (the value of an environment variable
 was told to pass, to prove it arrived), `header` (a request header, HTTP only), `picture` (a
 1x1 PNG), `document` (an embedded text resource), `big` (more text than a tool may return),
 `fail` (an error result), `crash` (the process exits mid-call), `hang` (never answers),
-`pid` (the server's process id, to tell a restarted server from the first).
+`pid` (the server's process id, to tell a restarted server from the first), `learn` (adds
+tools and announces each with `notifications/tools/list_changed`).
 
 `--start-delay S` sleeps before serving (a slow-starting server); `--hang-on-start` never
 answers the handshake; `--tools N` adds N more trivial tools (`extra_0` …).
@@ -86,6 +87,14 @@ def build(extra_tools: int = 0) -> MCPServer:
     @server.tool(description="The server's process id.")
     def pid() -> str:
         return str(os.getpid())
+
+    @server.tool(description="Adds tools (NAME, or NAME_0 … with count), announcing each.")
+    async def learn(name: str, ctx: Context, count: int = 1) -> str:
+        names = [name] if count == 1 else [f"{name}_{n}" for n in range(count)]
+        for new in names:
+            server.add_tool(lambda said=new: f"learned {said}", name=new, description="Learned.")
+            await ctx.session.send_tool_list_changed()
+        return f"learned {len(names)}"
 
     for n in range(extra_tools):
         server.add_tool(lambda x=n: f"extra {x}", name=f"extra_{n}", description="An extra tool.")

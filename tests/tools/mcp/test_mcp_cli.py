@@ -167,7 +167,7 @@ async def test_mcp_list_and_doctor_show_each_server_and_the_allow_list(
     assert listed.code == 1, listed.out + listed.err  # one server does not start
     lines = listed.out.splitlines()
     # 11 tools: allow_tools keeps 3, deny_tools takes pid away.
-    assert lines[0] == "local (stdio): started: 2 tool(s), 9 removed by the configuration"
+    assert lines[0] == "local (stdio): started: 2 tool(s), 10 removed by the configuration"
     assert lines[1:3] == ["  local__echo", "  local__add"]
     assert lines[3].startswith("  removed by allow_tools/deny_tools: ")
     assert {"pid", "crash", "whoami"} <= set(lines[3].split(": ", 1)[1].split(", "))
@@ -175,7 +175,7 @@ async def test_mcp_list_and_doctor_show_each_server_and_the_allow_list(
 
     doctor = await teammate("--model", "scripted", "doctor", env=env, cwd=tmp_path)
     assert doctor.code == 1
-    assert "ok    mcp local: stdio: 2 tool(s), 9 removed by the configuration: " in doctor.out
+    assert "ok    mcp local: stdio: 2 tool(s), 10 removed by the configuration: " in doctor.out
     assert "local__echo, local__add" in doctor.out
     assert "fail  mcp stuck: stdio: does not start: it did not start within 1 s" in doctor.out
 

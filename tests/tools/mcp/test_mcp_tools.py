@@ -182,6 +182,100 @@ async def test_a_call_observes_the_runs_cancel_signal() -> None:
         await server.aclose()
 
 
+async def test_calls_at_once_each_get_their_own_answer() -> None:
+    # Requests are written from the callers' tasks and answers read by the session's one
+    # receive loop: no answer may reach the wrong caller, none may be lost.
+    server = McpServer("local", local_server(), environ={})
+    try:
+        assert await server.wait_ready(START_GUARD_S)
+        texts = [f"call {n}" for n in range(40)]
+        answers = await asyncio.gather(
+            *(server.call("echo", {"text": text}, signal=CancelSignal()) for text in texts)
+        )
+        assert [a.content[0] for a in answers] == [
+            mcp_types.TextContent(type="text", text=f"echo: {text}") for text in texts
+        ]
+    finally:
+        await server.aclose()
+
+
+async def test_a_call_cancelled_from_outside_stays_cancelled_and_the_server_answers_on() -> None:
+    # The loop cancels a tool's task when a run stops: that must not be turned into a result.
+    server = McpServer("local", local_server(), environ={})
+    try:
+        assert await server.wait_ready(START_GUARD_S)
+        call = asyncio.ensure_future(server.call("hang", {}, signal=CancelSignal()))
+        await asyncio.sleep(0.05)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        answer = await server.call("echo", {"text": "on"}, signal=CancelSignal())
+        assert answer.content[0] == mcp_types.TextContent(type="text", text="echo: on")
+        assert server.starts == 1
+    finally:
+        await server.aclose()
+
+
+async def test_a_server_that_closes_its_input_is_stopped_with_a_reason() -> None:
+    # It reads no request: without this, its start (or a call) would wait for its deadline.
+    closes = "import os, time; time.sleep(0.3); os.close(0); time.sleep(60)"
+    config = McpServerConfig(command=[sys.executable, "-c", closes], start_timeout_s=100)
+    server = McpServer("deaf", config, environ={})
+    try:
+        assert not await server.wait_ready(START_GUARD_S)
+        assert server.last_error == "it closed its input"
+    finally:
+        await server.aclose()
+
+
+async def until(condition: Any, what: str) -> None:
+    """Wait for `condition()` (a hang guard, not a speed check)."""
+    for _ in range(int(START_GUARD_S / 0.05)):
+        if await condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never seen: {what}")
+
+
+async def test_a_server_that_changes_its_tools_is_listed_again_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    settings = McpSettings(servers={"local": local_server()}, first_list_wait_s=START_GUARD_S)
+    hub = McpHub(settings, cache_dir=tmp_path, environ={})
+    server = hub.servers["local"]
+    ctx = ToolContext(call_id="c", workspace=tmp_path)
+    try:
+        tools = {tool.name: tool for tool in await hub.tools()}
+        assert "local__fresh" not in tools
+        learn = tools["local__learn"]
+        await learn.execute("c", learn.parameters.model_validate({"name": "fresh"}), ctx)
+
+        async def fresh_listed() -> bool:
+            return "local__fresh" in {tool.name for tool in await hub.tools()}
+
+        await until(fresh_listed, "the new tool")
+        fresh = {tool.name: tool for tool in await hub.tools()}["local__fresh"]
+        result = await fresh.execute("c", fresh.parameters.model_validate({}), ctx)
+        assert result.content == [Text(text="learned fresh")]
+        assert server.starts == 1 and server.relists == 1  # listed again, not reconnected
+        cached = json.loads((tmp_path / "mcp-tools.json").read_text())["local"]["tools"]
+        assert "local__fresh" in [tool["name"] for tool in cached]  # a new process knows it
+
+        # A burst of announcements costs one list, not one each.
+        many = {"name": "burst", "count": 20}
+        await learn.execute("c", learn.parameters.model_validate(many), ctx)
+
+        async def burst_listed() -> bool:
+            names = {tool.name for tool in await hub.tools()}
+            return {f"local__burst_{n}" for n in range(20)} <= names
+
+        await until(burst_listed, "the burst's tools")
+        assert 2 <= server.relists < 1 + 20
+        assert server.starts == 1
+    finally:
+        await hub.aclose()
+
+
 async def test_a_server_that_cannot_start_backs_off_and_says_when_it_retries() -> None:
     now = [100.0]
     config = McpServerConfig(command=["/nonexistent/mcp-server"])
