@@ -64,10 +64,19 @@ def _break_long_line(line: str, width: int) -> list[str]:
         cut = line.rfind(" ", width // 2, width)
         if cut <= 0:
             cut = width
+        # No piece may start a code fence the line did not open (text then went missing into
+        # an info string reopened in every later part): cut earlier instead.
+        while cut > 1 and _FENCE.match(_rest(line, cut)):
+            cut -= 1
         parts.append(line[:cut])
-        line = line[cut:].lstrip(" ") if line[cut : cut + 1] == " " else line[cut:]
+        line = _rest(line, cut)
     parts.append(line)
     return parts
+
+
+def _rest(line: str, cut: int) -> str:
+    """What follows a break of `line` at `cut` (a space it breaks at is dropped)."""
+    return line[cut:].lstrip(" ") if line[cut : cut + 1] == " " else line[cut:]
 
 
 def _fitting_prefix(block: list[str], limit: int) -> int:

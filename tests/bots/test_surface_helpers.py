@@ -117,3 +117,13 @@ async def test_a_failing_flush_does_not_wedge_drain() -> None:
     await asyncio.wait_for(throttle.drain(), 1)
     assert calls == 2
     await throttle.close()
+
+
+def test_breaking_a_long_line_never_starts_a_code_fence_it_did_not_have() -> None:
+    # Found by the property test (tests/chaos/test_hostile_input.py): a line broken just
+    # before a ``` in its middle made a piece that opened a fence, whose "info string" (the
+    # rest of that piece) was then reopened in every later part: text shown many times over.
+    text = "x" * 300 + "```" + "y" * 300
+    parts = split_markdown(text, 40)
+    assert all(len(part) <= 40 for part in parts)
+    assert "".join(parts).replace("\n", "") == text  # every character once, in order

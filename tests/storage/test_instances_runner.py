@@ -175,9 +175,9 @@ async def test_a_message_for_a_conversation_nobody_runs_is_answered_where_it_arr
         await b.close()
 
 
-async def test_a_dead_instances_run_is_recovered_and_announced_once_by_one_survivor(
-    pg_url: str, tmp_path: Path
-) -> None:
+async def dead_instance_run(pg_url: str, last: AssistantMessage) -> tuple[PostgresStore, RunRecord]:
+    """Another instance's run of "question" (shown on surface "ada"), ending with `last`, its
+    lease held for 0.5 s: the store is closed by the caller as that instance dies."""
     ada = {"surface": "recording", "name": "ada"}
     dead = await PostgresStore.open(pg_url, lease_ttl_s=0.5)
     accepted = await dead.accept_delivery(
@@ -190,9 +190,14 @@ async def test_a_dead_instances_run_is_recovered_and_announced_once_by_one_survi
         conversation_id, owner={"host": "elsewhere", "pid": 1}, surface_ref=ada,
         deliver=[accepted.item.id],
     )  # fmt: skip
-    await dead.append_message(
-        conversation_id, AssistantMessage(content=[call("gate")]), run_id=run.id
-    )
+    await dead.append_message(conversation_id, last, run_id=run.id)
+    return dead, run
+
+
+async def test_a_dead_instances_run_is_recovered_and_announced_once_by_one_survivor(
+    pg_url: str, tmp_path: Path
+) -> None:
+    dead, run = await dead_instance_run(pg_url, AssistantMessage(content=[call("gate")]))
     later = await dead.accept_delivery(
         KEY, incoming_message("still there?"), channel_key=CHANNEL, delivery_id="e2"
     )
@@ -246,21 +251,8 @@ async def test_a_conversation_taken_over_by_a_new_message_closes_the_dead_run_fi
     # expired lease and answered it, and only then did a takeover sweep find the dead run open
     # and "show its answer", which it read from the end of history: the new answer, shown in
     # place of the old one. Whoever takes a conversation over closes its dead runs first.
-    ada = {"surface": "recording", "name": "ada"}
-    dead = await PostgresStore.open(pg_url, lease_ttl_s=0.3)
-    accepted = await dead.accept_delivery(
-        KEY, incoming_message("question"), channel_key=CHANNEL, delivery_id="e1", surface_ref=ada
-    )
-    assert accepted is not None
-    conversation_id = accepted.conversation.id
-    assert await dead.acquire_lease(conversation_id)
-    run = await dead.start_run(
-        conversation_id, owner={"host": "elsewhere", "pid": 1}, surface_ref=ada,
-        deliver=[accepted.item.id],
-    )  # fmt: skip
-    await dead.append_message(
-        conversation_id, AssistantMessage(content=[Text(text="the first answer")]), run_id=run.id
-    )
+    answered = AssistantMessage(content=[Text(text="the first answer")])
+    dead, _run = await dead_instance_run(pg_url, answered)
     dead._instances._held.clear()  # it dies: no heartbeat, the lease is not handed back
     await dead.close()
 
@@ -269,7 +261,7 @@ async def test_a_conversation_taken_over_by_a_new_message_closes_the_dead_run_fi
     async with PostgresStore.open(pg_url) as store:
         runner = make_runner(store, tmp_path, model, (), surfaces)  # no sweep has run yet
         try:
-            await asyncio.sleep(0.5)  # the dead instance's lease expires
+            await asyncio.sleep(0.6)  # the dead instance's lease expires
             bob = RecordingSurface("bob")
             assert await runner.submit(incoming("and then?", author=BOB), bob) == "started"
             await asyncio.wait_for(runner.wait(KEY), LIMIT_S)
