@@ -36,7 +36,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,9 @@ class Mutant:
     mutation: str  # `original ⟶ mutant`, the changed source lines stripped
     code: str  # the whole mutated file
     equivalent_because: str = ""  # set when a rule proves the mutant equivalent (not run)
+    # The lines of the changed expression: a condition over several lines stops at its first
+    # false part, so the tests that reach the changed line may be none of those it matters to.
+    spans_lines: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -140,9 +144,9 @@ def generate(
         and not is_avoided(mutation, avoided)
     ]
     total = len(inside)
+    wrapper = libcst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
+    spans = wrapper.resolve(libcst.metadata.PositionProvider)
     if near_lines is not None:
-        wrapper = libcst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
-        spans = wrapper.resolve(libcst.metadata.PositionProvider)
         inside = [
             (index, mutation)
             for index, mutation in inside
@@ -154,12 +158,13 @@ def generate(
         ]
     if keep is not None:  # by description, so every mutant is rendered first (slow)
         rendered = [
-            _render(file, module, source, index, mutation, parents) for index, mutation in inside
+            _render(file, module, source, index, mutation, parents, spans)
+            for index, mutation in inside
         ]
         return total, _sample([m for m in rendered if keep(m)], max_count, seed, file)
     picked = _sample(inside, max_count, seed, file)
     return total, [
-        _render(file, module, source, index, mutation, parents) for index, mutation in picked
+        _render(file, module, source, index, mutation, parents, spans) for index, mutation in picked
     ]
 
 
@@ -177,12 +182,15 @@ def _render(
     index: int,
     mutation: Mutation,
     parents: dict[int, libcst.CSTNode],
+    spans: Mapping[libcst.CSTNode, libcst.metadata.CodeRange] | None = None,
 ) -> Mutant:
     mutated = module.deep_replace(mutation.original_node, mutation.mutated_node)
     assert isinstance(mutated, libcst.Module)
     line, text = describe(source, mutated.code)
     because = sql_case_only(mutation, parents)
-    return Mutant(file, index, line, text, mutated.code, because)
+    where = spans.get(mutation.original_node) if spans is not None else None
+    lines = (where.start.line, where.end.line) if where is not None else (line, line)
+    return Mutant(file, index, line, text, mutated.code, because, lines)
 
 
 # -- mutants not made, mutants equivalent by rule -------------------------------------------------
@@ -601,9 +609,12 @@ def run_mutant(server: Server, mutant: Mutant, coverage: Coverage) -> tuple[str,
     # A line without bytecode of its own (a closing bracket, a continued expression) takes the
     # tests of the statement it continues.
     line = next((n for n in range(mutant.line, mutant.line - 6, -1) if n in by_line), mutant.line)
-    tests = sorted(
-        by_line.get(line, set()), key=lambda node: coverage.seconds_by_test.get(node, 0.0)
+    # and the tests of every line of the changed expression (see `Mutant.spans_lines`)
+    first, last = mutant.spans_lines
+    reached = set(by_line.get(line, set())).union(
+        *(by_line.get(n, set()) for n in range(first, last + 1))
     )
+    tests = sorted(reached, key=lambda node: coverage.seconds_by_test.get(node, 0.0))
     if not tests:
         return "survived", "no test runs this line"
     limit = TIME_LIMIT_FLOOR_S + TIME_LIMIT_FACTOR * sum(
@@ -626,9 +637,12 @@ def per_test_limit_s(clean_seconds: float) -> float:
 
 def check_mutants_are_seen(server: Server, file: str, coverage: Coverage) -> None:
     """A broken file must fail its tests: proves the tests import the copy being mutated."""
-    tests = sorted(
-        {node for nodes in coverage.tests_by_line.get(file, {}).values() for node in nodes}
+    # The test running the most of its lines: one that surely imports it (every test of the
+    # selection is credited with the lines run at import, even one that never imports it).
+    runs = Counter(
+        node for nodes in coverage.tests_by_line.get(file, {}).values() for node in nodes
     )
+    tests = [node for node, _count in runs.most_common(1)]
     if not tests:
         return
     target = server.copy / file

@@ -266,3 +266,26 @@ def test_a_test_that_outlives_its_own_limit_kills_the_mutant_at_once(tmp_path: P
     assert completed.stdout.strip() == (
         "('killed', 'ERROR timed out after 1 s: test_hangs.py::test_hangs')"
     )
+
+
+CONDITION = """\
+def ready(a: bool, b: bool, c: bool) -> bool:
+    if (
+        a
+        and b
+        and c
+    ):
+        return True
+    return False
+"""
+
+
+def test_a_changed_condition_over_several_lines_is_run_by_the_tests_of_all_its_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A test where `a` is false never runs the `b` and `c` lines, yet `a and b or c` fails it.
+    (tmp_path / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["m.py"]\n')
+    monkeypatch.chdir(tmp_path)
+    _total, mutants = generate("m.py", CONDITION, 100, 1)
+    [joined] = [m for m in mutants if m.mutation == "and b and c ⟶ and b or c"]
+    assert joined.line == 4 and joined.spans_lines == (3, 5)

@@ -4,7 +4,10 @@ message reaches the instance that does not run the conversation."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+
+import asyncpg
 
 from bots.runner import ConversationRunner
 from bots.settings import Settings
@@ -21,6 +24,7 @@ from tests.storage.test_instances_runner import (
     said,
     started,
     stores,  # noqa: F401  (the fixture)
+    user_lines,
 )
 
 
@@ -109,3 +113,61 @@ async def test_a_survivor_takes_over_a_dead_instances_messages_without_being_tol
             assert [said(m) for m in await history(store)] == ["anyone?", "here"]
         finally:
             await survivor.close()
+
+
+def accept_elsewhere_while_this_loop_stands_still(pg_url: str, text: str) -> None:
+    """Another instance accepts `text` (in its own thread and event loop); meanwhile this
+    event loop is blocked, so nothing here can listen again before the notification is sent."""
+
+    async def accept() -> None:
+        async with PostgresStore.open(pg_url) as elsewhere:
+            accepted = await elsewhere.accept_delivery(
+                KEY, incoming_message(text), channel_key=CHANNEL, delivery_id="elsewhere-1",
+                surface_ref={"surface": "recording", "name": "bob"},
+            )  # fmt: skip
+            assert accepted is not None
+
+    thread = threading.Thread(target=asyncio.run, args=(accept(),))
+    thread.start()
+    thread.join()
+
+
+async def test_a_message_missed_while_not_listening_is_taken_into_the_run_once_listening_again(
+    stores: tuple[PostgresStore, PostgresStore],  # noqa: F811
+    pg_url: str,
+    tmp_path: Path,
+) -> None:
+    gate = GateTool()
+    model_a = ScriptedModel([Reply(tool_calls=[call("gate")]), Reply(text="both handled")])
+    surfaces_a = RecordingSurfaces()
+    a = await started(make_runner(stores[0], tmp_path / "a", model_a, [gate], surfaces_a))
+    try:
+        await a.submit(incoming("first"), RecordingSurface("ada"))
+        await asyncio.wait_for(gate.entered.wait(), LIMIT_S)
+
+        # A's listening connection drops (waiting until it is gone), and a message is
+        # accepted elsewhere before A can listen again: A never hears of it directly.
+        admin = await asyncpg.connect(pg_url)
+        try:
+            await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity "
+                "WHERE query = $1 AND pid <> pg_backend_pid()",
+                f'LISTEN "{stores[0]._instances.channel}"',
+            )
+            accept_elsewhere_while_this_loop_stands_still(pg_url, "also this")
+        finally:
+            await admin.close()
+
+        for _ in range(int(LIMIT_S / 0.02)):  # listening again, A looks at what it missed
+            if surfaces_a.made:
+                break
+            await asyncio.sleep(0.02)
+        gate.opened.set()
+        await asyncio.wait_for(a.wait(KEY), LIMIT_S)
+
+        # Steered into the running answer, as if A had heard of it.
+        assert len(model_a.requests) == 2
+        assert user_lines(model_a.requests[1].messages) == ["first", "also this"]
+        assert await stores[0].pending_conversations() == []
+    finally:
+        await a.close()

@@ -5,8 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from bots.discord.events import MAX_NAME_CHARS, Ignored, IgnoreReason, parse_interaction
-from tests.bots.discord.test_events import command, message, message_of, user
+from bots.discord.events import (
+    MAX_NAME_CHARS,
+    ButtonPress,
+    Ignored,
+    IgnoreReason,
+    SlashCommand,
+    feedback_custom_id,
+    parse_interaction,
+)
+from tests.bots.discord.test_events import (
+    CHANNEL,
+    GUILD,
+    ask,
+    button,
+    command,
+    message,
+    message_of,
+    user,
+)
 
 
 def test_a_teammate_config_with_broken_options_names_the_options() -> None:
@@ -30,3 +47,26 @@ def test_a_display_name_is_read_only_within_its_first_320_characters() -> None:
     assert found.person.name == "ada"
     found = message_of(message(author=user(global_name=" " * 300 + "Mallory", username="ada")))
     assert found.person.name == "Mallory"
+
+
+def test_an_interaction_naming_its_channel_only_inside_channel_is_still_placed() -> None:
+    payload = ask()
+    del payload["channel_id"]
+    found = parse_interaction(payload)
+    assert isinstance(found, SlashCommand)
+    assert found.context.channel_key == f"discord:{GUILD}:{CHANNEL}"
+
+
+def test_a_command_in_a_channel_under_a_category_belongs_to_that_channel() -> None:
+    # A text channel in a category has the category as its `parent_id`: it is no thread.
+    category = "1300000000000000555"
+    channel = {"id": CHANNEL, "type": 0, "guild_id": GUILD, "parent_id": category}
+    found = parse_interaction(ask(channel=channel))
+    assert isinstance(found, SlashCommand) and not found.context.in_thread
+    assert found.context.channel_key == f"discord:{GUILD}:{CHANNEL}"
+    assert found.context.conversation_key == f"discord:{GUILD}:{CHANNEL}"
+
+
+def test_a_feedback_press_names_the_message_it_was_on() -> None:
+    found = parse_interaction(button(feedback_custom_id(9, "up")))
+    assert isinstance(found, ButtonPress) and found.message_id == "1500000000000000009"
