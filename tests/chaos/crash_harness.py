@@ -85,6 +85,7 @@ POSTING = (
     "chat.update",
     "reactions.add",
 )
+SLACK_RETRIES = 3  # Slack sends an unacknowledged event again this many times
 SETTLE_S = 120.0  # a hang guard per wait, not a speed check
 START_S = 300.0  # a process start (slow on a loaded machine), also a hang guard
 LEASE_S = 10  # PostgreSQL: a dead instance's conversations are taken over after this (a loaded
@@ -465,7 +466,7 @@ class CrashRig:
         if not victim.alive:  # back in the background: the others answer meanwhile
             self._restarting = asyncio.ensure_future(victim.start())
         follow = self._event(channel, f"{token}-next", user=_user_of(token), thread=first["ts"])
-        await self._deliver(session, rng.choice([i for i in self.instances if i.alive]), follow)
+        follow_acked = await self._deliver_as_slack(session, rng, follow)
         try:
             await self.slack.wait_for(
                 lambda f: self._finished(channel, first["ts"], follow["ts"], f"{token}-next"),
@@ -473,9 +474,27 @@ class CrashRig:
             )
             result.follow_up_answered = True
         except TimeoutError:
-            result.problem = result.problem or "the follow-up was not answered"
+            result.problem = result.problem or (
+                "the follow-up was not answered"
+                if follow_acked
+                else "the follow-up was never acknowledged (refused four times)"
+            )
         await self._check(result, store, channel, first["ts"], token)
         return result
+
+    async def _deliver_as_slack(
+        self, session: aiohttp.ClientSession, rng: random.Random, event: dict[str, Any]
+    ) -> bool:
+        """Deliver `event` to any live instance as Slack does: one not acknowledged (a 500: its
+        journal write took too long on a loaded machine) is sent again, three times (Slack
+        waits 1 and 5 minutes between; here 1, 4 and 16 s)."""
+        for attempt in range(SLACK_RETRIES + 1):
+            alive = [i for i in self.instances if i.alive]
+            if await self._deliver(session, rng.choice(alive), event, retry=attempt > 0):
+                return True
+            if attempt < SLACK_RETRIES:
+                await asyncio.sleep(4.0**attempt)
+        return False
 
     async def _deliver(
         self,
