@@ -40,6 +40,7 @@ from core.models.base import ModelInfo, ModelRequest, Prices
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
+from tests.fakes.gate_tool import GateTool
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
 from tests.fakes.waiting_tool import WaitTool
 
@@ -915,24 +916,6 @@ async def test_an_answer_that_could_not_be_saved_says_so_with_a_reference_kept_o
         await store.close()
 
 
-class GateTool(AgentTool[NoteParams]):
-    """Holds the run inside a tool call until the test opens the gate."""
-
-    name = "gate"
-    label = "Gate"
-    description = "Waits for the gate."
-    parameters = NoteParams
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.opened = asyncio.Event()
-
-    async def execute(self, call_id: str, params: NoteParams, ctx: ToolContext) -> ToolResult:
-        self.entered.set()
-        await self.opened.wait()
-        return ToolResult.text("through")
-
-
 async def test_a_message_the_run_read_just_before_a_stop_is_delivered_not_dropped(
     store: SqliteStore, tmp_path: Path
 ) -> None:
@@ -944,9 +927,7 @@ async def test_a_message_the_run_read_just_before_a_stop_is_delivered_not_droppe
         assert runner is not None and runner.stop(KEY, by=ADA) == "stopped"
         return Reply(text="never shown", latency_s=0.001)  # a model awaits before answering
 
-    model = ScriptedModel(
-        [Reply(tool_calls=[call("gate", {"text": "x"})]), stop_as_the_model_is_asked]
-    )
+    model = ScriptedModel([Reply(tool_calls=[call("gate")]), stop_as_the_model_is_asked])
     runner = make_runner(store, tmp_path, lambda _id: model, tools=[gate])
     adas = RecordingSurface()
     await runner.submit(incoming("first"), adas)

@@ -8,41 +8,19 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
 from bots.runner import QUEUED_TEXT, ConversationRunner
 from bots.settings import Settings
 from core.messages import AssistantMessage, Author, Message, Text, UserMessage
 from core.models.scripted import Reply, ScriptedModel, call
-from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
+from core.tools import AnyTool
 from storage.base import ConversationStore, RunRecord
 from storage.postgres import PostgresStore
 from tests.bots.runner_helpers import BOB, CHANNEL, KEY, incoming
+from tests.fakes.gate_tool import GateTool
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
 
 LIMIT_S = 30.0  # a hang guard, not a speed check
-
-
-class GateParams(BaseModel):
-    pass
-
-
-class GateTool(AgentTool[GateParams]):
-    """Holds the run inside a tool call until the test opens the gate."""
-
-    name = "gate"
-    label = "Gate"
-    description = "Wait for the gate."
-    parameters = GateParams
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.opened = asyncio.Event()
-
-    async def execute(self, call_id: str, params: GateParams, ctx: ToolContext) -> ToolResult:
-        self.entered.set()
-        await self.opened.wait()
-        return ToolResult.text("through")
 
 
 def said(message: Message) -> str:

@@ -14,10 +14,10 @@ from bots.settings import Settings
 from core.models.scripted import Reply, ScriptedModel, call
 from storage.postgres import PostgresStore
 from tests.bots.runner_helpers import BOB, CHANNEL, KEY, incoming
+from tests.fakes.gate_tool import GateTool
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
 from tests.storage.test_instances_runner import (
     LIMIT_S,
-    GateTool,
     history,
     incoming_message,
     make_runner,
