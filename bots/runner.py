@@ -398,13 +398,18 @@ class ConversationRunner:
         log.warning("run %s in %s was %s; repaired", run.id, run.conversation_key, record.outcome)
         return record
 
-    async def _repair_taken_over(self, conversation_id: int) -> None:
-        """Close the runs a dead instance left open in a conversation this one just took over,
-        before answering anything there: a later run would end history with its own answer,
-        and the dead run's repair would show that one as its own."""
-        for run in await self.store.running_runs():
-            if run.conversation_id == conversation_id:
-                await self._repair(run)
+    async def _take_lease(self, conversation_id: int) -> bool:
+        """Acquire the conversation's lease for a driver; False if another live instance holds
+        it. Taken from a dead instance, the runs it left open there are closed first, before
+        anything is answered: a later run would end history with its own answer, and the dead
+        run's repair would show that one as its own."""
+        if not await self._instances.acquire_lease(conversation_id):
+            return False
+        if self._instances.took_over(conversation_id):
+            for run in await self.store.running_runs():
+                if run.conversation_id == conversation_id:
+                    await self._repair(run)
+        return True
 
     # -- several instances -----------------------------------------------------------------
 
@@ -487,12 +492,10 @@ class ConversationRunner:
         leased = False
         try:
             if self._instances.shared:
-                if not await self._instances.acquire_lease(conversation_id):
+                if not await self._take_lease(conversation_id):
                     self._hand_over(state)  # another instance runs it and was notified
                     return
                 leased = adopt = True  # and answers what others left pending
-                if self._instances.took_over(conversation_id):
-                    await self._repair_taken_over(conversation_id)
             if adopt:
                 await self._adopt_pending(state)
             while True:
@@ -508,10 +511,8 @@ class ConversationRunner:
                     # Another instance may have accepted a message while this one held the
                     # lease (and left it to us): look again now that anyone may take it.
                     if await self.store.pending(conversation_id) or state.inbox:
-                        if await self._instances.acquire_lease(conversation_id):
+                        if await self._take_lease(conversation_id):
                             leased = True
-                            if self._instances.took_over(conversation_id):
-                                await self._repair_taken_over(conversation_id)
                             await self._adopt_pending(state)
                         else:
                             self._hand_over(state)
