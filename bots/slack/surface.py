@@ -656,6 +656,10 @@ class SlackSurface:
         first_attachments = attachments if target == progress_ts else None
         if not parts:
             parts = [""]
+        # Recovery: the run that died (or lost its lease to this instance) may have posted
+        # parts before its run was closed; they are shown again in place, never twice (one
+        # look through the thread for all of them).
+        posted = await self._posted_parts() if self._recovered else {}
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
             message = blocks.answer_message(
@@ -674,12 +678,9 @@ class SlackSurface:
                             channel=self._channel,
                             ts=target,
                         )
-            if self._recovered:
-                # The run that died (or lost its lease to this instance) may have posted this
-                # part before its run was closed: shown again in place, never twice.
-                posted = await self._find_posted(f"answer:{index}")
-                if posted is not None and await self._update(posted, message):
-                    continue
+            earlier = posted.get(f"answer:{index}")
+            if earlier is not None and await self._update(earlier, message):
+                continue
             await self._post_once(message, part=f"answer:{index}")
         if stream_ts is not None and progress_ts is not None:
             await self._finish_progress(progress_ts, attachments)
@@ -908,6 +909,26 @@ class SlackSurface:
             log.warning("updating a message in %s failed in transport", self._channel)
             return False
         return True
+
+    async def _posted_parts(self) -> dict[str, str]:
+        """The ts of each part of this run's answer already in the thread, by part."""
+        found: dict[str, str] = {}
+
+        def ours(message: dict[str, Any]) -> bool:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            part = payload.get("part")
+            if (
+                metadata.get("event_type") == METADATA_EVENT
+                and payload.get("run_id") == (self._run_id or 0)
+                and isinstance(part, str)
+                and part.startswith("answer:")
+            ):
+                found[part] = str(message["ts"])  # the newest wins, as in `_find_posted`
+            return False
+
+        await self._find_message(ours)
+        return found
 
     async def _find_posted(self, part: str) -> str | None:
         """The ts of this run's message `part` if it is in the thread."""
