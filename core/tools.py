@@ -14,6 +14,7 @@ Must not: import anything of ours outside `core`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 from abc import ABC, abstractmethod
@@ -68,16 +69,35 @@ class ToolError(Exception):
 class CancelSignal:
     """A cooperative cancellation flag shared by a run and its tools."""
 
-    __slots__ = ("_event", "reason")
+    __slots__ = ("_callbacks", "_event", "reason")
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._callbacks: list[Callable[[], None]] = []
         self.reason: str | None = None
 
     def cancel(self, reason: str = "cancelled") -> None:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+            for callback in callbacks:
+                callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` (once, synchronously) when the signal is set; returns a function
+        that unregisters it. A hot path's alternative to a task awaiting `wait()`: nothing
+        is scheduled unless the signal is set. Already set: called at once."""
+        if self._event.is_set():
+            callback()
+            return _nothing
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._callbacks.remove(callback)
+
+        return remove
 
     @property
     def cancelled(self) -> bool:
@@ -85,6 +105,10 @@ class CancelSignal:
 
     async def wait(self) -> None:
         await self._event.wait()
+
+
+def _nothing() -> None:
+    return None
 
 
 def _ignore_update(_partial: ToolResult) -> None:

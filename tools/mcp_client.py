@@ -336,20 +336,18 @@ class McpServer:
         if signal.cancelled:
             raise McpCallFailed(f"The call was stopped: {signal.reason or 'cancelled'}.")
         # The call runs in the caller's task (a task per call would cost two task switches);
-        # a small watcher cancels it if the run's signal is set, and the cancel is turned
-        # into the model's message here.
+        # the run's signal cancels it through a callback (no watcher task: nothing is
+        # scheduled unless the signal is set), and the cancel becomes the model's message here.
         task = asyncio.current_task()
         assert task is not None
-        active, fired = True, False
+        fired = False
 
-        def stop(waited: asyncio.Future[None]) -> None:
+        def stop() -> None:
             nonlocal fired
-            if active and not waited.cancelled():  # not once the call has returned
-                fired = True
-                task.cancel()
+            fired = True
+            task.cancel()
 
-        stopped = asyncio.ensure_future(signal.wait())
-        stopped.add_done_callback(stop)
+        forget = signal.on_cancel(stop)
         try:
             return await self._call(tool, arguments, self.config.call_timeout_s)
         except asyncio.CancelledError:
@@ -357,8 +355,7 @@ class McpServer:
                 raise  # cancelled from outside as well: not ours to swallow
             raise McpCallFailed(f"The call was stopped: {signal.reason or 'cancelled'}.") from None
         finally:
-            active = False
-            stopped.cancel()
+            forget()
 
     async def _call(
         self, tool: str, arguments: dict[str, Any], timeout_s: float
