@@ -120,7 +120,7 @@ def test_the_mcp_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> Non
         [
             sys.executable,
             str(ROOT / "benchmarks" / "mcp_overhead.py"),
-            *["--calls", "20", "--repeats", "1", "--start-delay", "0.5"],
+            *["--calls", "20", "--rounds", "1", "--repeats", "1", "--start-delay", "0.5"],
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -131,13 +131,15 @@ def test_the_mcp_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> Non
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     for key in (
         "mcp_call_overhead_ms",
+        "mcp_call_overhead_ms_sdk_server",
+        "sdk_server_floor_ms",
         "first_tool_list_s_5_servers",
         "answer_s_no_mcp",
         "answer_s_slow_server_cached",
         "answer_s_slow_server_first_time",
     ):
         assert isinstance(figures[key], int | float) and figures[key] > 0, key
-    assert "MCP echo over stdio" in done.stdout
+    assert "floor (raw line client)" in done.stdout
 
 
 def test_the_chaos_benchmark_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
