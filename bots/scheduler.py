@@ -8,8 +8,14 @@ budgets and the channel's configuration apply as to any other run.
 
 Catch-up: a due schedule's next run is counted from now, not from when it was due, so a
 schedule that fell due many times while no process was running runs once after start-up.
-A run is claimed before its thread is posted: if the process dies between the two, that one
-run is skipped (never run twice).
+
+A claimed run stays pending in the store until it is handed to the runner (then the runner's
+own inbox and recovery carry it). A pending run older than RETRY_AFTER_S — its process died
+between the claim and the hand-over, or the platform refused to post its thread — is claimed
+again by one instance and tried again, at most MAX_START_ATTEMPTS times, then given up with an
+error in the log. So a due run is neither skipped by a crash nor started twice. Left: a crash
+in the moment between posting the thread and the runner storing the message leaves that
+first thread empty (the retry posts another).
 
 Must not: know a platform's payloads (each adapter's `ThreadStarter` does), or write SQL.
 """
@@ -35,6 +41,9 @@ log = logging.getLogger(__name__)
 
 MAX_DUE_PER_TICK = 50
 HEADER_PROMPT_CHARS = 300
+# Longer than any platform call's own timeout: a claim this old is not still being posted.
+RETRY_AFTER_S = 120.0
+MAX_START_ATTEMPTS = 5
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,12 +109,35 @@ class Scheduler:
         self._starters[platform] = starter
 
     async def tick(self) -> list[int]:
-        """Start every schedule due now that this process can post: the ids started."""
+        """Start every schedule due now that this process can post, and retry runs whose start
+        failed or whose process died: the ids started."""
         now = self._clock()
         store = self.runner.store
         started: list[int] = []
+        for pending in await store.unsettled_schedule_runs(
+            now - RETRY_AFTER_S, limit=MAX_DUE_PER_TICK
+        ):
+            starter = self._starter_for(pending)
+            if starter is None or pending.pending_due_at is None or pending.pending_since is None:
+                continue  # another instance serves that platform
+            due_at = pending.pending_due_at
+            if pending.pending_attempts >= MAX_START_ATTEMPTS:
+                if await store.settle_schedule_run(pending.id, due_at=due_at):
+                    log.error(
+                        "scheduled run of #%s in %s, due %s: gave up after %d attempts to start it",
+                        pending.id,
+                        pending.channel_key,
+                        describe_time(due_at, pending.timezone),
+                        pending.pending_attempts,
+                    )
+                continue
+            again = await store.reclaim_schedule_run(
+                pending.id, due_at=due_at, since=pending.pending_since, now=now
+            )
+            if again is not None and await self._run(again, starter, due_at, now):
+                started.append(again.id)
         for schedule in await store.due_schedules(now, limit=MAX_DUE_PER_TICK):
-            starter = self._starters.get(schedule.channel_key.split(":", 1)[0])
+            starter = self._starter_for(schedule)
             if starter is None or schedule.next_run_at is None:
                 continue  # another instance serves that platform
             due_at = schedule.next_run_at
@@ -114,15 +146,30 @@ class Scheduler:
             )
             if claimed is None:
                 continue  # another instance took this run
-            try:
-                await self._start(schedule, starter, due_at, now)
-            except Exception:
-                log.exception(
-                    "scheduled run of #%s in %s failed", schedule.id, schedule.channel_key
-                )
-                continue
-            started.append(schedule.id)
+            if await self._run(schedule, starter, due_at, now):
+                started.append(schedule.id)
         return started
+
+    def _starter_for(self, schedule: Schedule) -> ThreadStarter | None:
+        return self._starters.get(schedule.channel_key.split(":", 1)[0])
+
+    async def _run(
+        self, schedule: Schedule, starter: ThreadStarter, due_at: float, now: float
+    ) -> bool:
+        """Start the claimed run; settled once the runner has it, else left pending (retried
+        after RETRY_AFTER_S). True when started."""
+        try:
+            await self._start(schedule, starter, due_at, now)
+        except Exception:
+            log.exception(
+                "scheduled run of #%s in %s failed to start; tried again in %g s",
+                schedule.id,
+                schedule.channel_key,
+                RETRY_AFTER_S,
+            )
+            return False
+        await self.runner.store.settle_schedule_run(schedule.id, due_at=due_at)
+        return True
 
     async def _start(
         self, schedule: Schedule, starter: ThreadStarter, due_at: float, now: float

@@ -145,7 +145,11 @@ ScheduleState: TypeAlias = Literal["active", "done", "cancelled"]
 class Schedule:
     """Work to run in a channel at set times: every time a 5-field `cron` expression matches
     in `timezone`, or once (`cron` None) at `next_run_at`. `next_run_at` is None once it will
-    not run again (a one-off that ran, or a cancelled schedule)."""
+    not run again (a one-off that ran, or a cancelled schedule).
+
+    A claimed run is pending until it was handed to the runner: `pending_due_at` (when it was
+    due), `pending_since` (when it was last claimed) and `pending_attempts` (claims so far), so
+    a run whose process died, or whose thread the platform refused, is tried again."""
 
     id: int
     channel_key: str
@@ -158,6 +162,9 @@ class Schedule:
     created_by: str
     created_by_name: str
     created_at: float
+    pending_due_at: float | None = None
+    pending_since: float | None = None
+    pending_attempts: int = 0
 
 
 class MemoryFull(ValueError):
@@ -430,8 +437,27 @@ class ConversationStore(Protocol):
         self, schedule_id: int, *, due_at: float, next_run_at: float | None, now: float
     ) -> Schedule | None:
         """Take the run due at `due_at`: iff the schedule is still active and still due at
-        exactly `due_at`, move it to `next_run_at` (None: it is done) and return it; else
-        None. One conditional statement: of several instances claiming one run, one wins."""
+        exactly `due_at`, move it to `next_run_at` (None: it is done), note the run as pending
+        (claimed at `now`, attempt 1) and return it; else None. One conditional statement: of
+        several instances claiming one run, one wins."""
+        ...
+
+    async def unsettled_schedule_runs(self, claimed_before: float, *, limit: int) -> list[Schedule]:
+        """Schedules not cancelled whose pending run was claimed at or before `claimed_before`
+        and never settled (its process died, or starting it failed), oldest claim first."""
+        ...
+
+    async def reclaim_schedule_run(
+        self, schedule_id: int, *, due_at: float, since: float, now: float
+    ) -> Schedule | None:
+        """Take a pending run again to retry it: iff it is still pending at `due_at`, claimed at
+        `since`, and the schedule is not cancelled, mark it claimed at `now` (one more attempt)
+        and return it; else None. Of several instances, one wins."""
+        ...
+
+    async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
+        """The run due at `due_at` was handed to the runner (or given up): no longer pending.
+        False if that run was not pending (settled already, or replaced by a later one)."""
         ...
 
 

@@ -15,7 +15,7 @@ from storage.base import MemoryNote, Schedule
 NOTE_COLUMNS = "id, channel_key, text, created_by, created_at"
 SCHEDULE_COLUMNS = (
     "id, channel_key, prompt, cron, timezone, state, next_run_at, last_run_at, "
-    "created_by, created_by_name, created_at"
+    "created_by, created_by_name, created_at, pending_due_at, pending_since, pending_attempts"
 )
 
 
@@ -42,4 +42,7 @@ def schedule_from(row: Any) -> Schedule:
         created_by=str(row[8]),
         created_by_name=str(row[9]),
         created_at=float(row[10]),
+        pending_due_at=None if row[11] is None else float(row[11]),
+        pending_since=None if row[12] is None else float(row[12]),
+        pending_attempts=int(row[13]),
     )

@@ -414,3 +414,17 @@ def m007_memory_schedules(db: sqlite3.Connection) -> None:
         "CREATE INDEX schedules_channel ON schedules(channel_key, id) WHERE state = 'active'",
         "CREATE INDEX schedules_due ON schedules(next_run_at) WHERE state = 'active'",
     )
+
+
+@migration
+def m008_schedule_pending_runs(db: sqlite3.Connection) -> None:
+    # A claimed scheduled run stays pending until it is handed to the runner, so one whose
+    # process died (or whose thread the platform refused) is tried again, not skipped.
+    _run(
+        db,
+        "ALTER TABLE schedules ADD COLUMN pending_due_at REAL",
+        "ALTER TABLE schedules ADD COLUMN pending_since REAL",
+        "ALTER TABLE schedules ADD COLUMN pending_attempts INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX schedules_pending ON schedules(pending_since) "
+        "WHERE pending_due_at IS NOT NULL",
+    )

@@ -958,6 +958,21 @@ class PostgresStore:
             lambda connection: memory.claim(connection, schedule_id, due_at, next_run_at, now)
         )
 
+    async def unsettled_schedule_runs(self, claimed_before: float, *, limit: int) -> list[Schedule]:
+        return await self._call(
+            lambda connection: memory.unsettled(connection, claimed_before, limit)
+        )
+
+    async def reclaim_schedule_run(
+        self, schedule_id: int, *, due_at: float, since: float, now: float
+    ) -> Schedule | None:
+        return await self._call(
+            lambda connection: memory.reclaim(connection, schedule_id, due_at, since, now)
+        )
+
+    async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
+        return await self._call(lambda connection: memory.settle(connection, schedule_id, due_at))
+
     # --- several instances (storage.base.InstanceCoordination) -----------------------------
 
     @property

@@ -136,8 +136,9 @@ async def due(connection: asyncpg.Connection, now: float, limit: int) -> list[Sc
 
 async def cancel(connection: asyncpg.Connection, channel_key: str, schedule_id: int) -> bool:
     found = await connection.fetchval(
-        "UPDATE schedules SET state = 'cancelled', next_run_at = NULL "
-        "WHERE channel_key = $1 AND id = $2 AND state = 'active' RETURNING id",
+        "UPDATE schedules SET state = 'cancelled', next_run_at = NULL, pending_due_at = NULL, "
+        "pending_since = NULL WHERE channel_key = $1 AND id = $2 AND state = 'active' "
+        "RETURNING id",
         channel_key,
         schedule_id,
     )
@@ -153,7 +154,8 @@ async def claim(
 ) -> Schedule | None:
     row = await connection.fetchrow(
         "UPDATE schedules SET next_run_at = $3::double precision, last_run_at = $4, "
-        "state = CASE WHEN $3::double precision IS NULL THEN 'done' ELSE state END "
+        "state = CASE WHEN $3::double precision IS NULL THEN 'done' ELSE state END, "
+        "pending_due_at = $2, pending_since = $4, pending_attempts = 1 "
         "WHERE id = $1 AND state = 'active' AND next_run_at = $2 "
         f"RETURNING {SCHEDULE_COLUMNS}",
         schedule_id,
@@ -162,3 +164,40 @@ async def claim(
         now,
     )
     return None if row is None else schedule_from(row)
+
+
+async def unsettled(
+    connection: asyncpg.Connection, claimed_before: float, limit: int
+) -> list[Schedule]:
+    found = await connection.fetch(
+        f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE pending_due_at IS NOT NULL "
+        "AND pending_since <= $1 AND state != 'cancelled' ORDER BY pending_since, id LIMIT $2",
+        claimed_before,
+        limit,
+    )
+    return [schedule_from(row) for row in found]
+
+
+async def reclaim(
+    connection: asyncpg.Connection, schedule_id: int, due_at: float, since: float, now: float
+) -> Schedule | None:
+    row = await connection.fetchrow(
+        "UPDATE schedules SET pending_since = $4, pending_attempts = pending_attempts + 1 "
+        "WHERE id = $1 AND pending_due_at = $2 AND pending_since = $3 AND state != 'cancelled' "
+        f"RETURNING {SCHEDULE_COLUMNS}",
+        schedule_id,
+        due_at,
+        since,
+        now,
+    )
+    return None if row is None else schedule_from(row)
+
+
+async def settle(connection: asyncpg.Connection, schedule_id: int, due_at: float) -> bool:
+    found = await connection.fetchval(
+        "UPDATE schedules SET pending_due_at = NULL, pending_since = NULL, pending_attempts = 0 "
+        "WHERE id = $1 AND pending_due_at = $2 RETURNING id",
+        schedule_id,
+        due_at,
+    )
+    return found is not None

@@ -231,6 +231,18 @@ MIGRATIONS: list[PgMigration] = [
         CREATE INDEX schedules_due ON schedules (next_run_at) WHERE state = 'active';
         """,
     ),
+    PgMigration(
+        # A claimed scheduled run stays pending until it is handed to the runner, so one whose
+        # process died (or whose thread the platform refused) is tried again, not skipped.
+        "m006_schedule_pending_runs",
+        """
+        ALTER TABLE schedules ADD COLUMN pending_due_at DOUBLE PRECISION;
+        ALTER TABLE schedules ADD COLUMN pending_since DOUBLE PRECISION;
+        ALTER TABLE schedules ADD COLUMN pending_attempts INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX schedules_pending ON schedules (pending_since)
+            WHERE pending_due_at IS NOT NULL;
+        """,
+    ),
 ]
 
 

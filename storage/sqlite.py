@@ -763,6 +763,18 @@ class SqliteStore:
     ) -> Schedule | None:
         return await self._write(memory.CLAIM_SCHEDULE, (schedule_id, due_at, next_run_at, now))
 
+    async def unsettled_schedule_runs(self, claimed_before: float, *, limit: int) -> list[Schedule]:
+        return await self._read(lambda db: memory.read_unsettled(db, claimed_before, limit))
+
+    async def reclaim_schedule_run(
+        self, schedule_id: int, *, due_at: float, since: float, now: float
+    ) -> Schedule | None:
+        call = (schedule_id, due_at, since, now)
+        return await self._write(memory.RECLAIM_SCHEDULE_RUN, call)
+
+    async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
+        return await self._write(memory.SETTLE_SCHEDULE_RUN, (schedule_id, due_at))
+
 
 def _stop_all(connections: list[Db]) -> None:
     for connection in connections:

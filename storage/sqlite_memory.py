@@ -122,8 +122,8 @@ async def read_due(db: Db, now: float, limit: int) -> list[Schedule]:
 async def _cancel(db: Db, call: tuple[str, int]) -> bool:
     found = await fetchall(
         db,
-        "UPDATE schedules SET state = 'cancelled', next_run_at = NULL "
-        "WHERE channel_key = ? AND id = ? AND state = 'active' RETURNING id",
+        "UPDATE schedules SET state = 'cancelled', next_run_at = NULL, pending_due_at = NULL, "
+        "pending_since = NULL WHERE channel_key = ? AND id = ? AND state = 'active' RETURNING id",
         call,
     )
     return bool(found)
@@ -140,12 +140,59 @@ async def _claim(db: Db, call: ClaimCall) -> Schedule | None:
     found = await fetchall(
         db,
         "UPDATE schedules SET next_run_at = ?, last_run_at = ?, "
-        "state = CASE WHEN ? IS NULL THEN 'done' ELSE state END "
+        "state = CASE WHEN ? IS NULL THEN 'done' ELSE state END, "
+        "pending_due_at = ?, pending_since = ?, pending_attempts = 1 "
         "WHERE id = ? AND state = 'active' AND next_run_at = ? "
         f"RETURNING {SCHEDULE_COLUMNS}",
-        (next_run_at, now, next_run_at, schedule_id, due_at),
+        (next_run_at, now, next_run_at, due_at, now, schedule_id, due_at),
     )
     return schedule_from(found[0]) if found else None
 
 
 CLAIM_SCHEDULE: Op[Db, ClaimCall, Schedule | None] = Op("claim_schedule", one=_claim, lone=_claim)
+
+
+async def read_unsettled(db: Db, claimed_before: float, limit: int) -> list[Schedule]:
+    found = await fetchall(
+        db,
+        f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE pending_due_at IS NOT NULL "
+        "AND pending_since <= ? AND state != 'cancelled' ORDER BY pending_since, id LIMIT ?",
+        (claimed_before, limit),
+    )
+    return [schedule_from(row) for row in found]
+
+
+# (schedule_id, due_at, since, now)
+ReclaimCall = tuple[int, float, float, float]
+
+
+async def _reclaim(db: Db, call: ReclaimCall) -> Schedule | None:
+    schedule_id, due_at, since, now = call
+    found = await fetchall(
+        db,
+        "UPDATE schedules SET pending_since = ?, pending_attempts = pending_attempts + 1 "
+        "WHERE id = ? AND pending_due_at = ? AND pending_since = ? AND state != 'cancelled' "
+        f"RETURNING {SCHEDULE_COLUMNS}",
+        (now, schedule_id, due_at, since),
+    )
+    return schedule_from(found[0]) if found else None
+
+
+RECLAIM_SCHEDULE_RUN: Op[Db, ReclaimCall, Schedule | None] = Op(
+    "reclaim_schedule_run", one=_reclaim, lone=_reclaim
+)
+
+
+async def _settle(db: Db, call: tuple[int, float]) -> bool:
+    found = await fetchall(
+        db,
+        "UPDATE schedules SET pending_due_at = NULL, pending_since = NULL, pending_attempts = 0 "
+        "WHERE id = ? AND pending_due_at = ? RETURNING id",
+        call,
+    )
+    return bool(found)
+
+
+SETTLE_SCHEDULE_RUN: Op[Db, tuple[int, float], bool] = Op(
+    "settle_schedule_run", one=_settle, lone=_settle
+)

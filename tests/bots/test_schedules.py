@@ -12,7 +12,7 @@ import pytest
 
 from bots.channel_config import ChannelConfigs, ConfigChange
 from bots.runner import ConversationRunner
-from bots.scheduler import run_text
+from bots.scheduler import MAX_START_ATTEMPTS, RETRY_AFTER_S, StartedThread, run_text
 from bots.schedules import (
     NewSchedule,
     ScheduleRefused,
@@ -24,7 +24,7 @@ from core.messages import ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel, call
 from storage.sqlite import SqliteStore
 from tests.bots.runner_helpers import ADA, history, incoming
-from tests.bots.scheduling_helpers import wire
+from tests.bots.scheduling_helpers import RecordingStarter, wire
 from tests.fakes.recording_surface import RecordingSurface
 
 BERLIN = "Europe/Berlin"
@@ -319,3 +319,115 @@ async def test_budgets_apply_to_scheduled_runs(store: SqliteStore, tmp_path: Pat
     (finished,) = posted.surface.finished()
     assert finished.outcome == "error" and "Daily budget reached" in (finished.error_text or "")
     assert model.requests == []
+
+
+# -- a run that could not be started ------------------------------------------------------------
+
+
+class FailingStarter(RecordingStarter):
+    """A platform that refuses the first `failures` posts (Slack answering 500, say)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.attempts = 0
+
+    async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise RuntimeError("the platform answered 500")
+        return await super().start_thread(channel_key, text, for_user=for_user)
+
+
+async def test_a_run_whose_thread_could_not_be_posted_is_tried_again_and_runs_once(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    clock = Clock(at("2026-12-02 10:00"))
+    model = ScriptedModel(default=Reply(text="Here is the summary."))
+    wired = wire(store, tmp_path, model, clock)
+    starter = FailingStarter(failures=1)
+    wired.scheduler.add_platform("slack", starter)
+    made = await wired.schedules.create(
+        CHANNEL, NewSchedule("Summarise #incidents", cron="0 9 * * *"), by_id="U7", by_name="Sam"
+    )
+    clock.now = at("2026-12-03 09:00")
+    assert await wired.scheduler.tick() == []  # the post failed
+    assert await wired.scheduler.tick() == []  # not hammered: tried again after a pause
+    clock.now += RETRY_AFTER_S
+    assert await wired.scheduler.tick() == [made.id]
+    clock.now += RETRY_AFTER_S
+    assert await wired.scheduler.tick() == []  # started once
+    (posted,) = starter.posted
+    await wired.runner.wait(posted.conversation_key)
+    (finished,) = posted.surface.finished()
+    assert finished.final_text == "Here is the summary."
+    (request,) = model.requests
+    # The run is the one that was due at 09:00, not a new occurrence.
+    assert run_text(made, at("2026-12-03 09:00")) in str(request.messages[-1].content)
+    (schedule,) = await store.schedules(CHANNEL)
+    assert schedule.next_run_at == at("2026-12-04 09:00")
+
+
+async def test_a_run_claimed_by_a_process_that_died_before_posting_runs_after_the_restart(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    clock = Clock(at("2026-12-02 10:00"))
+    model = ScriptedModel(default=Reply(text="done"))
+    wired = wire(store, tmp_path, model, clock)
+    made = await wired.schedules.create(
+        CHANNEL, NewSchedule("Demo reminder", at="2026-12-02 12:00"), by_id="U7", by_name="Sam"
+    )
+    due = at("2026-12-02 12:00")
+    # The process that claimed the run died before it posted its thread.
+    assert await store.claim_schedule(made.id, due_at=due, next_run_at=None, now=due) is not None
+    clock.now = due + 5
+    restarted = wire(store, tmp_path, model, clock)
+    assert await restarted.scheduler.tick() == []  # the claim may still be alive
+    clock.now = due + RETRY_AFTER_S
+    assert await restarted.scheduler.tick() == [made.id]
+    assert await restarted.scheduler.tick() == []
+    (posted,) = restarted.starter.posted
+    await restarted.runner.wait(posted.conversation_key)
+    (request,) = model.requests
+    assert run_text(made, due) in str(request.messages[-1].content)
+
+
+async def test_a_run_that_cannot_be_posted_is_given_up_after_a_few_attempts(
+    store: SqliteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock(at("2026-12-02 10:00"))
+    wired = wire(store, tmp_path, ScriptedModel(default=Reply(text="ok")), clock)
+    starter = FailingStarter(failures=1000)
+    wired.scheduler.add_platform("slack", starter)
+    made = await wired.schedules.create(
+        CHANNEL, NewSchedule("x", cron="0 9 * * *"), by_id="U7", by_name="Sam"
+    )
+    clock.now = at("2026-12-03 09:00")
+    for _ in range(MAX_START_ATTEMPTS + 3):
+        assert await wired.scheduler.tick() == []
+        clock.now += RETRY_AFTER_S
+    assert starter.attempts == MAX_START_ATTEMPTS
+    assert f"scheduled run of #{made.id}" in caplog.text and "gave up" in caplog.text
+    # The schedule itself goes on: the next day's run is tried afresh.
+    starter.failures = 0
+    clock.now = at("2026-12-04 09:00")
+    assert await wired.scheduler.tick() == [made.id]
+    await wired.runner.wait_all()
+
+
+async def test_a_schedule_cancelled_while_its_run_waits_for_a_retry_does_not_run(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    clock = Clock(at("2026-12-02 10:00"))
+    wired = wire(store, tmp_path, ScriptedModel(default=Reply(text="ok")), clock)
+    starter = FailingStarter(failures=1)
+    wired.scheduler.add_platform("slack", starter)
+    made = await wired.schedules.create(
+        CHANNEL, NewSchedule("x", cron="0 9 * * *"), by_id="U7", by_name="Sam"
+    )
+    clock.now = at("2026-12-03 09:00")
+    assert await wired.scheduler.tick() == []
+    assert await wired.schedules.cancel(CHANNEL, made.id)
+    clock.now += RETRY_AFTER_S
+    assert await wired.scheduler.tick() == []
+    assert starter.attempts == 1 and starter.posted == []

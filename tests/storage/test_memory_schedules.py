@@ -192,3 +192,73 @@ async def test_two_stores_racing_for_one_due_run_claim_it_once(
             )
         )
         assert sum(claim is not None for claim in claims) == 1
+
+
+async def test_a_claimed_run_is_pending_until_settled(
+    store: ConversationStore, clock: FakeClock
+) -> None:
+    due_at = clock.now + 60
+    schedule = await _add(store, C1, due_at)
+    claimed = await store.claim_schedule(
+        schedule.id, due_at=due_at, next_run_at=due_at + 3600, now=due_at + 1
+    )
+    assert claimed is not None
+    assert (claimed.pending_due_at, claimed.pending_since, claimed.pending_attempts) == (
+        due_at,
+        due_at + 1,
+        1,
+    )
+    assert await store.unsettled_schedule_runs(due_at, limit=10) == []  # claimed after that
+    (pending,) = await store.unsettled_schedule_runs(due_at + 1, limit=10)
+    assert pending.id == schedule.id
+    assert await store.settle_schedule_run(schedule.id, due_at=due_at + 3600) is False  # not it
+    assert await store.settle_schedule_run(schedule.id, due_at=due_at) is True
+    assert await store.settle_schedule_run(schedule.id, due_at=due_at) is False
+    assert await store.unsettled_schedule_runs(due_at + 9999, limit=10) == []
+    (after,) = await store.schedules(C1)
+    assert after.pending_due_at is None and after.pending_attempts == 0
+    assert after.next_run_at == due_at + 3600  # settling leaves the next run alone
+
+
+async def test_a_pending_one_off_is_still_retried_once_done_but_not_once_cancelled(
+    store: ConversationStore, clock: FakeClock
+) -> None:
+    due_at = clock.now + 60
+    once = await _add(store, C1, due_at, cron=None)
+    recurring = await _add(store, C1, due_at)
+    for schedule, after in ((once, None), (recurring, due_at + 3600)):
+        assert await store.claim_schedule(schedule.id, due_at=due_at, next_run_at=after, now=due_at)
+    assert await store.cancel_schedule(C1, recurring.id)
+    (pending,) = await store.unsettled_schedule_runs(due_at + 500, limit=10)
+    assert pending.id == once.id and pending.state == "done"
+    assert (
+        await store.reclaim_schedule_run(
+            recurring.id, due_at=due_at, since=due_at, now=due_at + 500
+        )
+        is None
+    )
+
+
+async def test_two_stores_racing_to_retry_one_pending_run_take_it_once(
+    backend: Backend, clock: FakeClock
+) -> None:
+    due_at = clock.now + 60
+    async with backend.open(clock) as one, backend.open(clock) as two:
+        schedule = await _add(one, C1, due_at)
+        await one.claim_schedule(schedule.id, due_at=due_at, next_run_at=None, now=due_at)
+        retries = await asyncio.gather(
+            *(
+                store.reclaim_schedule_run(
+                    schedule.id, due_at=due_at, since=due_at, now=due_at + 200
+                )
+                for _ in range(10)
+                for store in (one, two)
+            )
+        )
+        (taken,) = [retry for retry in retries if retry is not None]
+        assert taken.pending_since == due_at + 200 and taken.pending_attempts == 2
+        # The next retry must name the new claim time: the old one no longer matches.
+        stale = await two.reclaim_schedule_run(
+            schedule.id, due_at=due_at, since=due_at, now=due_at + 400
+        )
+        assert stale is None
