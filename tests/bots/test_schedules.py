@@ -5,6 +5,8 @@ nothing here waits on wall time."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,7 +14,14 @@ import pytest
 
 from bots.channel_config import ChannelConfigs, ConfigChange
 from bots.runner import ConversationRunner
-from bots.scheduler import MAX_START_ATTEMPTS, RETRY_AFTER_S, StartedThread, run_text
+from bots.scheduler import (
+    HEADER_PROMPT_CHARS,
+    MAX_START_ATTEMPTS,
+    RETRY_AFTER_S,
+    StartedThread,
+    header_text,
+    run_text,
+)
 from bots.schedules import (
     NewSchedule,
     ScheduleRefused,
@@ -22,6 +31,7 @@ from bots.schedules import (
 )
 from core.messages import ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel, call
+from storage.base import Schedule
 from storage.sqlite import SqliteStore
 from tests.bots.runner_helpers import ADA, history, incoming
 from tests.bots.scheduling_helpers import RecordingStarter, wire
@@ -431,3 +441,121 @@ async def test_a_schedule_cancelled_while_its_run_waits_for_a_retry_does_not_run
     clock.now += RETRY_AFTER_S
     assert await wired.scheduler.tick() == []
     assert starter.attempts == 1 and starter.posted == []
+
+
+async def test_one_tick_starts_every_run_it_can_whatever_comes_before_it(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    clock = Clock(at("2026-12-02 10:00"))
+    wired = wire(store, tmp_path, ScriptedModel(default=Reply(text="ok")), clock)
+    by = {"by_id": "U7", "by_name": "Sam"}
+    # Earliest of all: work for a platform this process does not serve, due and pending.
+    elsewhere = await wired.schedules.create(
+        "discord:G1:C9", NewSchedule("elsewhere", cron="0 8 * * *"), **by
+    )
+    stale = await wired.schedules.create(
+        "discord:G1:C9", NewSchedule("elsewhere, pending", at="2026-12-02 10:30"), **by
+    )
+    given_up = await wired.schedules.create(
+        CHANNEL, NewSchedule("given up", cron="0 8 * * *"), **by
+    )
+    retried = await wired.schedules.create(CHANNEL, NewSchedule("retried", cron="0 8 * * *"), **by)
+    taken = await wired.schedules.create(CHANNEL, NewSchedule("taken", cron="0 9 * * *"), **by)
+    due = await wired.schedules.create(CHANNEL, NewSchedule("due", cron="0 9 * * *"), **by)
+    first, second = at("2026-12-03 08:00"), at("2026-12-03 09:00")
+    # Runs claimed earlier by processes that died: one already tried too often.
+    claim_time = first - RETRY_AFTER_S
+    await store.claim_schedule(stale.id, due_at=at("2026-12-02 10:30"), next_run_at=None, now=0)
+    await store.claim_schedule(given_up.id, due_at=first, next_run_at=None, now=claim_time - 1)
+    for attempt in range(MAX_START_ATTEMPTS - 1):
+        since = claim_time - 1 if attempt == 0 else claim_time
+        assert await store.reclaim_schedule_run(
+            given_up.id, due_at=first, since=since, now=claim_time
+        )
+    await store.claim_schedule(retried.id, due_at=first, next_run_at=None, now=claim_time)
+    # Another instance takes this one between our look and our claim.
+    await store.claim_schedule(taken.id, due_at=second, next_run_at=None, now=second)
+    clock.now = second
+    original_due = store.due_schedules
+
+    async def due_including_taken(now: float, *, limit: int) -> list[Schedule]:
+        found = await original_due(now, limit=limit)
+        listed = [replace(taken, next_run_at=second)]  # as it was before it was taken
+        return [*found[:1], *listed, *found[1:]]
+
+    store.due_schedules = due_including_taken  # type: ignore[method-assign]
+    started = await wired.scheduler.tick()
+    assert sorted(started) == sorted([retried.id, due.id])
+    assert [p.text for p in wired.starter.posted] == [
+        f"(#{retried.id}) retried",
+        f"(#{due.id}) due",
+    ]
+    assert elsewhere.id not in started and stale.id not in started
+    await wired.runner.wait_all()
+
+
+def test_the_thread_header_names_the_schedule_and_a_bounded_prompt() -> None:
+    made = Schedule(
+        id=7,
+        channel_key=CHANNEL,
+        prompt="Summarise\n  the   week",
+        cron="0 9 * * 1",
+        timezone=BERLIN,
+        state="active",
+        next_run_at=None,
+        last_run_at=None,
+        created_by="U7",
+        created_by_name="Sam",
+        created_at=0.0,
+    )
+    assert header_text(made) == "(#7) Summarise the week"
+    exact = replace(made, prompt="x" * HEADER_PROMPT_CHARS)
+    assert header_text(exact) == f"(#7) {'x' * HEADER_PROMPT_CHARS}"
+    longer = replace(made, prompt="x" * (HEADER_PROMPT_CHARS + 1))
+    assert header_text(longer) == f"(#7) {'x' * (HEADER_PROMPT_CHARS - 1)}…"
+    due = at("2026-12-07 08:00")
+    assert run_text(made, due).startswith(
+        "(Scheduled task #7, recurring, cron `0 9 * * 1`, set up by Sam; due "
+    )
+    once = run_text(replace(made, cron=None), due)
+    assert once.startswith("(Scheduled task #7, one-off, set up by Sam; due ")
+    assert once.endswith(")\nSummarise\n  the   week")
+
+
+async def test_the_scheduler_polls_until_closed_and_only_when_enabled(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    clock = Clock(at("2026-12-02 10:00"))
+    model = ScriptedModel(default=Reply(text="ok"))
+    disabled = wire(store, tmp_path, model, clock, schedules={"enabled": False})
+    disabled.scheduler.start()
+    assert disabled.scheduler._task is None
+    wired = wire(store, tmp_path, model, clock, schedules={"poll_s": 0.01})
+    await wired.schedules.create(
+        CHANNEL, NewSchedule("x", at="2026-12-02 11:00"), by_id="U7", by_name="Sam"
+    )
+    looked = asyncio.Event()
+    look = store.due_schedules
+
+    async def due_schedules(now: float, *, limit: int) -> list[Schedule]:
+        looked.set()
+        return await look(now, limit=limit)
+
+    store.due_schedules = due_schedules  # type: ignore[method-assign]
+    posted = asyncio.Event()
+    post = wired.starter.start_thread
+
+    async def start_thread(channel_key: str, text: str, *, for_user: str) -> StartedThread:
+        posted.set()
+        return await post(channel_key, text, for_user=for_user)
+
+    wired.starter.start_thread = start_thread  # type: ignore[method-assign]
+    wired.scheduler.start()
+    await asyncio.wait_for(looked.wait(), 30)  # the first look found nothing due
+    assert not posted.is_set()
+    clock.now = at("2026-12-02 11:00")
+    await asyncio.wait_for(posted.wait(), 30)  # a later look did
+    await wired.scheduler.close()
+    assert wired.scheduler._task is None
+    await wired.scheduler.close()  # twice is harmless
+    await wired.runner.wait_all()
