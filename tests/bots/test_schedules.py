@@ -6,7 +6,7 @@ nothing here waits on wall time."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from core.models.scripted import Reply, ScriptedModel, call
 from storage.base import Schedule
 from storage.sqlite import SqliteStore
 from tests.bots.runner_helpers import ADA, history, incoming
-from tests.bots.scheduling_helpers import RecordingStarter, wire
+from tests.bots.scheduling_helpers import RecordingStarter, Wired, wire
 from tests.fakes.recording_surface import RecordingSurface
 
 BERLIN = "Europe/Berlin"
@@ -349,18 +349,36 @@ class FailingStarter(RecordingStarter):
         return await super().start_thread(channel_key, text, for_user=for_user)
 
 
-async def test_a_run_whose_thread_could_not_be_posted_is_tried_again_and_runs_once(
-    store: SqliteStore, tmp_path: Path
-) -> None:
+@dataclass
+class FailingDaily:
+    """A daily 09:00 schedule, due now, in a channel whose platform refuses posts at first."""
+
+    wired: Wired
+    starter: FailingStarter
+    made: Schedule
+    clock: Clock
+
+
+async def failing_daily(
+    store: SqliteStore, tmp_path: Path, failures: int, model: ScriptedModel
+) -> FailingDaily:
     clock = Clock(at("2026-12-02 10:00"))
-    model = ScriptedModel(default=Reply(text="Here is the summary."))
     wired = wire(store, tmp_path, model, clock)
-    starter = FailingStarter(failures=1)
+    starter = FailingStarter(failures=failures)
     wired.scheduler.add_platform("slack", starter)
     made = await wired.schedules.create(
         CHANNEL, NewSchedule("Summarise #incidents", cron="0 9 * * *"), by_id="U7", by_name="Sam"
     )
     clock.now = at("2026-12-03 09:00")
+    return FailingDaily(wired, starter, made, clock)
+
+
+async def test_a_run_whose_thread_could_not_be_posted_is_tried_again_and_runs_once(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel(default=Reply(text="Here is the summary."))
+    daily = await failing_daily(store, tmp_path, 1, model)
+    wired, starter, made, clock = daily.wired, daily.starter, daily.made, daily.clock
     assert await wired.scheduler.tick() == []  # the post failed
     assert await wired.scheduler.tick() == []  # not hammered: tried again after a pause
     clock.now += RETRY_AFTER_S
@@ -405,14 +423,8 @@ async def test_a_run_claimed_by_a_process_that_died_before_posting_runs_after_th
 async def test_a_run_that_cannot_be_posted_is_given_up_after_a_few_attempts(
     store: SqliteStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = Clock(at("2026-12-02 10:00"))
-    wired = wire(store, tmp_path, ScriptedModel(default=Reply(text="ok")), clock)
-    starter = FailingStarter(failures=1000)
-    wired.scheduler.add_platform("slack", starter)
-    made = await wired.schedules.create(
-        CHANNEL, NewSchedule("x", cron="0 9 * * *"), by_id="U7", by_name="Sam"
-    )
-    clock.now = at("2026-12-03 09:00")
+    daily = await failing_daily(store, tmp_path, 1000, ScriptedModel(default=Reply(text="ok")))
+    wired, starter, made, clock = daily.wired, daily.starter, daily.made, daily.clock
     for _ in range(MAX_START_ATTEMPTS + 3):
         assert await wired.scheduler.tick() == []
         clock.now += RETRY_AFTER_S
@@ -428,14 +440,8 @@ async def test_a_run_that_cannot_be_posted_is_given_up_after_a_few_attempts(
 async def test_a_schedule_cancelled_while_its_run_waits_for_a_retry_does_not_run(
     store: SqliteStore, tmp_path: Path
 ) -> None:
-    clock = Clock(at("2026-12-02 10:00"))
-    wired = wire(store, tmp_path, ScriptedModel(default=Reply(text="ok")), clock)
-    starter = FailingStarter(failures=1)
-    wired.scheduler.add_platform("slack", starter)
-    made = await wired.schedules.create(
-        CHANNEL, NewSchedule("x", cron="0 9 * * *"), by_id="U7", by_name="Sam"
-    )
-    clock.now = at("2026-12-03 09:00")
+    daily = await failing_daily(store, tmp_path, 1, ScriptedModel(default=Reply(text="ok")))
+    wired, starter, made, clock = daily.wired, daily.starter, daily.made, daily.clock
     assert await wired.scheduler.tick() == []
     assert await wired.schedules.cancel(CHANNEL, made.id)
     clock.now += RETRY_AFTER_S
