@@ -294,7 +294,11 @@ class DiscordSurface:
                         self._blocks.append(_Block())
                     self._blocks[-1].text += text
                     self._throttle.request()
-            case MessageEnd(message=AssistantMessage()):
+            case MessageEnd(message=AssistantMessage() as message):
+                # The whole reply: deltas a slow surface's feed dropped (bounded) are in it.
+                text = message.text()
+                if text and self._blocks:
+                    self._blocks[-1].text = text
                 self._throttle.request()
             case ToolExecutionStart():
                 await self._throttle.drain()  # the text before the call shows above it
