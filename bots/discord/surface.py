@@ -76,7 +76,8 @@ MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # under Discord's default 10 MiB per upload
 ERROR_CHARS = 400
 LOOKUP_LIMIT = 50  # the bot's messages read after a crash to find an unrecorded part
 WORKING_TEXT = "⏳ Working…"
-OVERFLOW_TEXT = "*(The rest of this answer is attached as `answer.md` when it is complete.)*"
+OVERFLOW_FILE = "answer.md"
+OVERFLOW_TEXT = f"*(The rest of this answer is attached as `{OVERFLOW_FILE}` when it is complete.)*"
 GREEN = 0x2D9D78
 RED = 0xD9534F
 GREY = 0x99AAB5
@@ -172,6 +173,7 @@ class Recovered:
     after: int | None = None  # the newest message it had posted when the ref was stored
     tools: int = 0  # tool calls it had shown (their embeds posted)
     head_text: bool = False  # the head shows answer text (not the "working" status)
+    attached: bool = False  # the latest stretch's overflow file is posted
 
 
 @dataclass(slots=True)
@@ -258,10 +260,13 @@ class DiscordSurface:
         recovered = self._recovered or Recovered()
         if self._blocks:
             parts = [posted.id for posted in self._blocks[-1].posted]
+            attached = self._blocks[-1].overflow_attached
         else:  # a restart's report: what the earlier process showed, until it is redone
-            parts = list(recovered.parts)
+            parts, attached = list(recovered.parts), recovered.attached
         if parts:
             ref["parts"] = [str(part) for part in parts]
+        if attached:
+            ref["attached"] = True
         after = self._last_sent or recovered.after
         if after is not None and (self._head is None or after != self._head.id):
             ref["after"] = str(after)
@@ -518,7 +523,7 @@ class DiscordSurface:
             block = _Block(text=event.final_text)
             if self._recovered is not None:
                 async with self._lock:
-                    block.posted = await self._shown_before(block.text)
+                    await self._shown_before(block)
             self._blocks.append(block)
             self._throttle.request()
         await self._throttle.drain()
@@ -549,48 +554,52 @@ class DiscordSurface:
             if event.error_text:
                 await self._send(_error_line(event))
 
-    async def _shown_before(self, text: str) -> list[Posted]:
-        """The messages an earlier process showed `text`'s parts in (a restart's report):
-        those its ref names, then any of the bot's own messages after what the ref knew that
-        reads like the next part (posted in the instant before its id could be stored). They
-        are edited in place, never posted again."""
+    async def _shown_before(self, block: _Block) -> None:
+        """Find what an earlier process showed of `block` (a restart's report): the parts its
+        ref names, then any of the bot's own messages after what the ref knew that reads like
+        the next part, or is the overflow file (posted in the instant before it could be
+        stored). They are edited in place, never posted again."""
         recovered = self._recovered or Recovered()
         head = self._head
-        posted: list[Posted] = []
         for part_id in recovered.parts[:MAX_PARTS_PER_BLOCK]:
             if head is not None and part_id == head.id:
                 self._head_in_text = True
-                posted.append(head)
+                block.posted.append(head)
             else:
-                posted.append(_BotMessage(_partial(self._channel, part_id), ""))
-        if not posted and self._may_use_head():
+                block.posted.append(_BotMessage(_partial(self._channel, part_id), ""))
+        if not block.posted and self._may_use_head():
             assert head is not None
             self._head_in_text = True
-            posted.append(head)
+            block.posted.append(head)
+        block.overflow_attached = recovered.attached
+        expected = _parts(block.text)
+        overflows = bool(expected) and expected[-1] == OVERFLOW_TEXT
+        missing = len(block.posted) < len(expected) or (overflows and not block.overflow_attached)
         known = [*recovered.parts, *([head.id] if head is not None else [])]
         anchor = max(recovered.after or 0, *known, 0)
-        expected = _parts(text)
-        if not anchor or self._own_id is None or len(posted) >= len(expected):
-            return posted
+        if not missing or not anchor or self._own_id is None:
+            return
         for message in await self._own_messages_after(anchor):
-            if len(posted) < len(expected) and _continues(message.content, expected[len(posted)]):
-                posted.append(_BotMessage(message, message.content))
-        return posted
+            if message.embeds:
+                continue
+            if any(attached.filename == OVERFLOW_FILE for attached in message.attachments):
+                block.overflow_attached = overflows
+            elif (
+                message.content
+                and not message.attachments
+                and len(block.posted) < len(expected)
+                and _continues(message.content, expected[len(block.posted)])
+            ):
+                block.posted.append(_BotMessage(message, message.content))
 
     async def _own_messages_after(self, anchor: int) -> list[discord.Message]:
-        """The bot's own plain text messages after `anchor`, oldest first (one read, bounded)."""
+        """The bot's own messages after `anchor`, oldest first (one read, bounded)."""
         found: list[discord.Message] = []
         try:
             async for message in self._channel.history(
                 limit=LOOKUP_LIMIT, after=discord.Object(id=anchor), oldest_first=True
             ):
-                if (
-                    message.id > anchor
-                    and message.author.id == self._own_id
-                    and message.content
-                    and not message.embeds
-                    and not message.attachments
-                ):
+                if message.id > anchor and message.author.id == self._own_id:
                     found.append(message)
         except discord.HTTPException:
             log.warning("could not read the channel to find an answer's parts; posting them")
@@ -601,8 +610,10 @@ class DiscordSurface:
             parts = split_markdown(block.text, MESSAGE_LIMIT) if block.text.strip() else []
             if len(parts) > MAX_PARTS_PER_BLOCK and not block.overflow_attached:
                 data = block.text.encode()[:MAX_UPLOAD_BYTES]
-                await self._send("", files=[discord.File(io.BytesIO(data), filename="answer.md")])
+                file = discord.File(io.BytesIO(data), filename=OVERFLOW_FILE)
+                await self._send("", files=[file])
                 block.overflow_attached = True
+                await self._store_ref()
 
     def _last_text_message(self) -> Posted | None:
         for block in reversed(self._blocks):
@@ -686,6 +697,7 @@ class DiscordSurfaces:
             after=_int(ref.get("after")),
             tools=tools if isinstance(tools, int) and 0 <= tools <= 1_000_000 else 0,
             head_text=ref.get("head_text") is True,
+            attached=ref.get("attached") is True,
         )
         user = self._client.user
         return DiscordSurface(

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from discord.ext import commands
 
-from bots.discord.surface import MESSAGE_LIMIT, DiscordSurface, DiscordSurfaces
+from bots.discord.surface import (
+    MAX_PARTS_PER_BLOCK,
+    MESSAGE_LIMIT,
+    OVERFLOW_FILE,
+    OVERFLOW_TEXT,
+    DiscordSurface,
+    DiscordSurfaces,
+)
 from bots.markdown_split import split_markdown
 from bots.surface import RunStarted
 from core.events import MessageEnd, MessageStart, MessageUpdate, ToolExecutionStart
@@ -133,3 +141,32 @@ async def test_an_answer_whose_deltas_were_dropped_is_shown_whole(
     await surface.close()
     (head,) = fake_discord.channel_messages(channel)
     assert head["content"] == whole
+
+
+@pytest.mark.parametrize("stored_when", ["before the file", "after the file"])
+async def test_a_huge_answer_recovered_attaches_its_file_once(
+    ready_bot: commands.Bot, fake_discord: FakeDiscord, stored_when: str
+) -> None:
+    """Killed once the end posted `answer.md` (before or after its ref was stored): the file
+    is not attached again, and the parts are each shown once."""
+    channel = general(fake_discord)
+    before = surface_in(ready_bot, channel, conversation_channel_id=channel)
+    stored = checkpoints(before)
+    answer = paragraphs("sea", 60)  # over ten messages' worth
+    await before.emit(RunStarted(key(channel), RUN, ADA))
+    await stream(before, answer, chunk=5_000)
+    await before.emit(finished(channel, answer))
+    await before.close()
+    files = [m for m in fake_discord.channel_messages(channel) if m["attachments"]]
+    assert len(files) == 1
+    ref = stored[-1] if stored_when == "after the file" else stored[-2]
+    assert ref.get("attached") is (True if stored_when == "after the file" else None)
+    after = recovered(ready_bot, channel, ref)
+    await after.emit(finished(channel, answer))
+    await after.close()
+    shown = fake_discord.channel_messages(channel)
+    (file,) = [m for m in shown if m["attachments"]]
+    assert file["attachments"][0]["filename"] == OVERFLOW_FILE
+    texts = [m["content"] for m in shown if not m["attachments"]]
+    assert len(texts) == MAX_PARTS_PER_BLOCK and texts[-1] == OVERFLOW_TEXT
+    assert texts[:-1] == split_markdown(answer, MESSAGE_LIMIT)[: MAX_PARTS_PER_BLOCK - 1]
