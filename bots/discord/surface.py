@@ -367,7 +367,7 @@ class DiscordSurface:
                 await self._render_block(block)
 
     async def _render_block(self, block: _Block) -> None:
-        parts = _parts(block.text)
+        parts, _ = _parts(block.text)
         for index, part in enumerate(parts):
             if index < len(block.posted):
                 posted = block.posted[index]
@@ -572,8 +572,7 @@ class DiscordSurface:
             self._head_in_text = True
             block.posted.append(head)
         block.overflow_attached = recovered.attached
-        expected = _parts(block.text)
-        overflows = bool(expected) and expected[-1] == OVERFLOW_TEXT
+        expected, overflows = _parts(block.text)
         missing = len(block.posted) < len(expected) or (overflows and not block.overflow_attached)
         known = [*recovered.parts, *([head.id] if head is not None else [])]
         anchor = max(recovered.after or 0, *known, 0)
@@ -607,8 +606,8 @@ class DiscordSurface:
 
     async def _attach_overflow(self) -> None:
         for block in self._blocks:
-            parts = split_markdown(block.text, MESSAGE_LIMIT) if block.text.strip() else []
-            if len(parts) > MAX_PARTS_PER_BLOCK and not block.overflow_attached:
+            _, overflows = _parts(block.text)
+            if overflows and not block.overflow_attached:
                 data = block.text.encode()[:MAX_UPLOAD_BYTES]
                 file = discord.File(io.BytesIO(data), filename=OVERFLOW_FILE)
                 await self._send("", files=[file])
@@ -713,12 +712,25 @@ class DiscordSurfaces:
         )
 
 
-def _parts(text: str) -> list[str]:
-    """The messages a stretch of answer text shows as."""
-    parts = split_markdown(text, MESSAGE_LIMIT) if text.strip() else []
+def _parts(text: str) -> tuple[list[str], bool]:
+    """The messages a stretch of answer text shows as, and whether it overflows: more than
+    `MAX_PARTS_PER_BLOCK` parts show as the first ones and a note that the rest is attached.
+
+    Called on every update of a stream, so only the text those parts can hold is split (a
+    model's longest answer, split whole, holds the event loop for tens of milliseconds). Every
+    part of a prefix's split but the last is the text's own (the split is greedy, front to
+    back), so if a prefix of one part more than fits splits into more parts than are shown,
+    those are the text's first parts; if it does not (blank lines dropped between parts), the
+    text is split whole."""
+    if not text.strip():
+        return [], False
+    prefix = text[: (MAX_PARTS_PER_BLOCK + 1) * MESSAGE_LIMIT]
+    parts = split_markdown(prefix, MESSAGE_LIMIT)
+    if len(parts) <= MAX_PARTS_PER_BLOCK and len(prefix) < len(text):
+        parts = split_markdown(text, MESSAGE_LIMIT)
     if len(parts) > MAX_PARTS_PER_BLOCK:
-        parts = [*parts[: MAX_PARTS_PER_BLOCK - 1], OVERFLOW_TEXT]
-    return parts
+        return [*parts[: MAX_PARTS_PER_BLOCK - 1], OVERFLOW_TEXT], True
+    return parts, False
 
 
 def _continues(shown: str, part: str) -> bool:
