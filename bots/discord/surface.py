@@ -19,12 +19,12 @@ while it is valid (`TOKEN_LIFE_S`, with a margin); after that, or when Discord r
 token, what the head would have shown is posted with the bot token instead, never lost.
 Private notices go ephemeral through a live interaction, else are addressed to the person.
 
-Recovery (docs/architecture.md, "Durability"): the `ref` names the messages showing the latest
-stretch of answer text (`parts`, at most `MAX_PARTS_PER_BLOCK`), stored (`Checkpointed`) as
-each is posted, and the newest message posted when it was stored (`after`). A surface made from
-a ref after a crash edits those parts in place, deletes any the answer no longer needs, and
-adopts a part posted in the instant before its id was stored (one look at the bot's own
-messages after `after`), so nothing is posted twice.
+Recovery (docs/architecture.md, "Crash recovery"): the `ref` names the messages showing the
+latest stretch of answer text (`parts`, at most `MAX_PARTS_PER_BLOCK`), stored (`Checkpointed`)
+as each is posted, whether its overflow file is attached, and the newest message posted when
+it was stored (`after`). A surface made from a ref after a crash edits those parts in place,
+deletes any the answer no longer needs, and adopts a part or file posted in the instant before
+it could be stored (one read of the bot's own messages after `after`): nothing is posted twice.
 """
 
 from __future__ import annotations

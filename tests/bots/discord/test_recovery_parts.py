@@ -11,7 +11,7 @@ the answer exactly once, in order, the text complete, edited in place where need
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -54,8 +54,9 @@ class DyingDiscord(FakeDiscord):
         self._buried.set()
 
     async def _answer(self, r: RecordedRequest) -> web.StreamResponse:
-        if self._dead_token is not None and r.headers.get("authorization") == (
-            f"Bot {self._dead_token}"
+        if self._dead_token is not None and (
+            r.headers.get("authorization") == f"Bot {self._dead_token}"
+            or r.path.startswith(("/webhooks/", "/interactions/"))  # its interactions' tokens
         ):
             return await self._hang()
         when = self.kill_at(r) if self.kill_at is not None else None
@@ -130,23 +131,22 @@ def long_answer(paragraphs: int) -> str:
     )
 
 
-def posts_in(thread: str) -> Callable[[RecordedRequest], bool]:
-    return lambda r: r.method == "POST" and r.path == f"/channels/{thread}/messages"
+def the_end(r: RecordedRequest) -> When | None:
+    """The end's first step: the Stop button leaves the head (or feedback joins the last
+    part), through the bot token or an interaction's."""
+    body = r.json if isinstance(r.json, dict) else {}
+    ends = r.method == "PATCH" and "components" in body and "stop:" not in str(body)
+    return "before" if ends else None
 
 
-async def crash_and_recover(
-    h: Harness, answer: str, kill_at: Callable[[str], Callable[[RecordedRequest], When | None]]
-) -> tuple[str, list[dict[str, Any]]]:
-    """Ask with a mention; the process dies where `kill_at(thread)` says; a new one recovers.
-    The thread's messages after the recovery."""
+async def crash_and_recover(h: Harness, answer: str, ask: Callable[[], Awaitable[object]]) -> str:
+    """`ask`s the old process; it dies where `h.fake.kill_at` says; a new process recovers.
+    The recovered run's conversation key."""
     h.model.add(Reply(text=answer, chunk_size=300))
-    asked = h.fake.message_payload(h.general, "tell me about rivers", mention_bot=True)
-    thread = asked["id"]  # a thread started from a message has the message's id
-    h.fake.kill_at = kill_at(thread)
     first = h.runner()
     old = TeammateBot(first, h.settings, edit_interval_s=0.01, guild_ready_timeout=0.05)
     old_task = await start(old, BOT_TOKEN)
-    await h.fake.dispatch("MESSAGE_CREATE", asked)
+    await ask()
     await asyncio.wait_for(h.fake.killed.wait(), 30)
     # The old process is gone (its calls hang): only the store and what Discord shows remain.
     (running,) = await h.store.running_runs()
@@ -166,7 +166,7 @@ async def crash_and_recover(
         await first.close(timeout_s=5)
         await old.close()
         await asyncio.gather(old_task, return_exceptions=True)
-    return thread, h.fake.channel_messages(thread)
+    return running.conversation_key
 
 
 def assert_shown_once(shown: list[dict[str, Any]], answer: str) -> None:
@@ -186,18 +186,13 @@ async def test_killed_after_posting_the_later_parts_the_answer_is_shown_once(
     harness: Harness,
 ) -> None:
     """Killed once every part was posted (and the end began): recovery edits them in place."""
-    answer = long_answer(18)  # about 3 messages
-
-    def at_the_end(thread: str) -> Callable[[RecordedRequest], When | None]:
-        # The end's first step: the Stop button leaves the head (or feedback joins the last).
-        def pick(r: RecordedRequest) -> When | None:
-            ends = r.method == "PATCH" and r.path.startswith(f"/channels/{thread}/messages/")
-            return "before" if ends and "components" in (r.json or {}) else None
-
-        return pick
-
-    _, shown = await crash_and_recover(harness, answer, at_the_end)
-    assert_shown_once(shown, answer)
+    h = harness
+    answer = long_answer(12)  # three messages
+    asked = h.fake.message_payload(h.general, "tell me about rivers", mention_bot=True)
+    thread = str(asked["id"])  # a thread started from a message has the message's id
+    h.fake.kill_at = the_end
+    await crash_and_recover(h, answer, lambda: h.fake.dispatch("MESSAGE_CREATE", asked))
+    assert_shown_once(h.fake.channel_messages(thread), answer)
 
 
 async def test_killed_while_a_later_part_was_being_posted_the_answer_is_shown_once(
@@ -205,17 +200,41 @@ async def test_killed_while_a_later_part_was_being_posted_the_answer_is_shown_on
 ) -> None:
     """Killed between Discord creating a later part and the process learning its id (so it
     was never stored): recovery finds that message and keeps it, not a second copy."""
-    answer = long_answer(18)
+    h = harness
+    answer = long_answer(12)
     parts = len(split_markdown(answer, MESSAGE_LIMIT))
+    asked = h.fake.message_payload(h.general, "tell me about rivers", mention_bot=True)
+    thread = str(asked["id"])
 
-    def at_the_last_post(thread: str) -> Callable[[RecordedRequest], When | None]:
-        posting = posts_in(thread)
+    def at_the_last_post(r: RecordedRequest) -> When | None:
+        posting = r.method == "POST" and r.path == f"/channels/{thread}/messages"
+        already = len(h.fake.channel_messages(thread))
+        return "after" if posting and already == parts - 1 else None
 
-        def pick(r: RecordedRequest) -> When | None:
-            already = len(harness.fake.channel_messages(thread))
-            return "after" if posting(r) and already == parts - 1 else None
+    h.fake.kill_at = at_the_last_post
+    await crash_and_recover(h, answer, lambda: h.fake.dispatch("MESSAGE_CREATE", asked))
+    assert_shown_once(h.fake.channel_messages(thread), answer)
 
-        return pick
 
-    _, shown = await crash_and_recover(harness, answer, at_the_last_post)
-    assert_shown_once(shown, answer)
+async def test_an_ask_killed_after_posting_its_later_parts_is_shown_once(
+    harness: Harness,
+) -> None:
+    """`/ask`: the head is the interaction's response in the channel, edited through its token;
+    the later parts are in the thread started from it. After the crash the token is another
+    process's: the head is edited with the bot token, the parts in place."""
+    h = harness
+    answer = long_answer(12)
+    h.fake.kill_at = the_end
+
+    async def ask() -> None:
+        await h.fake.wait_for(lambda: bool(h.fake.commands))  # synced at start-up
+        slash = h.fake.slash_command(
+            "ask", {"prompt": "tell me about rivers"}, channel_id=h.general
+        )
+        await h.fake.dispatch("INTERACTION_CREATE", slash)
+
+    key = await crash_and_recover(h, answer, ask)
+    thread = key.rsplit(":", 1)[-1]
+    (head,) = h.fake.channel_messages(h.general)
+    assert head["id"] == thread  # the thread was started from the response
+    assert_shown_once([head, *h.fake.channel_messages(thread)], answer)
