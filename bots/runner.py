@@ -533,6 +533,12 @@ class ConversationRunner:
         finally:
             if self._active.get(key) is state:
                 del self._active[key]
+            # Left behind (shutting down, or the driver failed): they stay pending in the
+            # store and `recover()` answers them on their own surfaces; these feeds are let
+            # go, else `close()` and `wait()` would wait for an answer that never comes here.
+            for queued in state.inbox.values():
+                if queued.feed is not None:
+                    queued.feed.close()
             if leased:
                 try:
                     await self._instances.release_lease(conversation_id)

@@ -12,7 +12,8 @@ Rules (docs/architecture.md, "The agent loop"):
   error result asking the model to re-issue it.
 - Cancellation is cooperative and immediate: the model stream is closed, running tools are
   cancelled, every started call gets a result, and the run ends with an `aborted` assistant
-  message. Nothing is left half-written.
+  message. Nothing is left half-written. A reply the model itself ends `aborted` ends the run
+  `aborted` too, with the model's reason (or `MODEL_ABORTED_TEXT`): an end always says why.
 - Steering messages are injected after the current tool batch (never skipping calls the model
   made), before the next model call; follow-ups queued when the loop would stop start a turn.
 - A turn cap ends a runaway run with a clear message.
@@ -82,6 +83,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TURNS = 50
 ABORTED_TEXT = "Stopped on request."
+# A reply the model itself ended `aborted` (no stop asked for) and left unexplained.
+MODEL_ABORTED_TEXT = "The model stopped the reply before finishing."
 LENGTH_TEXT = (
     "Your reply hit the output token limit before this tool call was complete, so it was not "
     "executed. Issue the call again, with smaller arguments if they were long (for example, "
@@ -273,9 +276,12 @@ class _Run:
             self._add(reply, started=True)
             if reply.stop_reason in ("error", "aborted"):
                 self.emit(TurnEnd(turn=turn, message=reply, tool_results=[]))
-                if reply.stop_reason == "aborted":
-                    raise _Aborted
-                return "error", reply.error_message
+                if reply.stop_reason == "error":
+                    return "error", reply.error_message
+                if self.control.cancelled:
+                    raise _Aborted  # the caller's stop: its reason explains the end
+                # The model ended it on its own: the run still says why.
+                return "aborted", reply.error_message or MODEL_ABORTED_TEXT
             calls = reply.tool_calls()
             results: list[ToolResultMessage] = []
             if calls:

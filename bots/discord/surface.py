@@ -18,6 +18,13 @@ Interaction tokens live 15 minutes: the head of an `/ask` is edited through the 
 while it is valid (`TOKEN_LIFE_S`, with a margin); after that, or when Discord refuses the
 token, what the head would have shown is posted with the bot token instead, never lost.
 Private notices go ephemeral through a live interaction, else are addressed to the person.
+
+Recovery (docs/architecture.md, "Crash recovery"): the `ref` names the messages showing the
+latest stretch of answer text (`parts`, at most `MAX_PARTS_PER_BLOCK`), stored (`Checkpointed`)
+as each is posted, whether its overflow file is attached, and the newest message posted when
+it was stored (`after`). A surface made from a ref after a crash edits those parts in place,
+deletes any the answer no longer needs, and adopts a part or file posted in the instant before
+it could be stored (one read of the bot's own messages after `after`): nothing is posted twice.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -67,8 +74,10 @@ EMBED_ARGS_CHARS = 300
 EMBED_TITLE_CHARS = 240
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # under Discord's default 10 MiB per upload
 ERROR_CHARS = 400
+LOOKUP_LIMIT = 50  # the bot's messages read after a crash to find an unrecorded part
 WORKING_TEXT = "⏳ Working…"
-OVERFLOW_TEXT = "*(The rest of this answer is attached as `answer.md` when it is complete.)*"
+OVERFLOW_FILE = "answer.md"
+OVERFLOW_TEXT = f"*(The rest of this answer is attached as `{OVERFLOW_FILE}` when it is complete.)*"
 GREEN = 0x2D9D78
 RED = 0xD9534F
 GREY = 0x99AAB5
@@ -96,6 +105,10 @@ class Posted(abc.ABC):
         """What the message shows now, as Discord says (None: can't tell)."""
         return None
 
+    async def delete(self) -> bool:
+        """Remove it; False if it could not be."""
+        return False
+
 
 class _BotMessage(Posted):
     def __init__(self, message: discord.Message | discord.PartialMessage, content: str) -> None:
@@ -114,6 +127,16 @@ class _BotMessage(Posted):
             return (await self._message.fetch()).content
         except discord.HTTPException:
             return None
+
+    async def delete(self) -> bool:
+        try:
+            await self._message.delete()
+        except discord.NotFound:
+            return True  # gone already
+        except discord.HTTPException:
+            log.warning("could not delete a stale part of an answer")
+            return False
+        return True
 
 
 class _InteractionResponse(Posted):
@@ -142,6 +165,17 @@ class _InteractionResponse(Posted):
         return True
 
 
+@dataclass(slots=True, frozen=True)
+class Recovered:
+    """What an earlier process's `ref` says it showed (see the module's "Recovery")."""
+
+    parts: tuple[int, ...] = ()  # the latest stretch of answer text, in order
+    after: int | None = None  # the newest message it had posted when the ref was stored
+    tools: int = 0  # tool calls it had shown (their embeds posted)
+    head_text: bool = False  # the head shows answer text (not the "working" status)
+    attached: bool = False  # the latest stretch's overflow file is posted
+
+
 @dataclass(slots=True)
 class _Block:
     """One stretch of answer text between tool calls, shown as one or more messages."""
@@ -157,8 +191,9 @@ class DiscordSurface:
     `channel` is where new messages go (the conversation's thread or DM). `head` is a message
     already shown for this run (the `/ask` response); `interaction` is the interaction that
     started it, for the head's token and ephemeral notices; `reply_to` is the person's message,
-    which acknowledgements of a steered message react to. `clock` and `edit_interval_s` are
-    for tests.
+    which acknowledgements of a steered message react to. `recovered` is what an earlier
+    process's ref says it showed (a restart's report), `own_id` the bot's user id (to find its
+    own messages then). `clock` and `edit_interval_s` are for tests.
     """
 
     def __init__(
@@ -171,6 +206,8 @@ class DiscordSurface:
         head_id: int | None = None,
         head_channel: discord.abc.Messageable | None = None,
         reply_to: discord.Message | None = None,
+        recovered: Recovered | None = None,
+        own_id: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         edit_interval_s: float = EDIT_INTERVAL_S,
         token_life_s: float = TOKEN_LIFE_S,
@@ -194,10 +231,16 @@ class DiscordSurface:
             self._head.has_view = True
         self._first_head = self._head
         self._head_is_status = False  # the head shows WORKING_TEXT, set by this surface
-        self._head_in_text = False  # the head shows the first block's first part
+        self._recovered = recovered
+        self._own_id = own_id
+        # The head shows the first block's first part.
+        self._head_in_text = recovered is not None and recovered.head_text
         self._blocks: list[_Block] = []
         self._tools: dict[str, tuple[Posted, ToolExecutionStart]] = {}
-        self._tool_count = 0
+        self._tool_count = recovered.tools if recovered is not None else 0
+        self._tools_shown = self._tool_count  # embeds posted (what a restart can know of)
+        self._last_sent: int | None = None  # the newest message this surface posted
+        self._checkpoint: Callable[[], Awaitable[None]] | None = None
         self._run_id: int | None = None
         self._lock = asyncio.Lock()  # one writer at a time keeps messages in order
         self._throttle = Throttle(self._flush, edit_interval_s, clock=clock)
@@ -214,7 +257,32 @@ class DiscordSurface:
             ref["head_id"] = str(self._head.id)
             if self._head_channel_id is not None and self._head is self._first_head:
                 ref["head_channel_id"] = str(self._head_channel_id)
+        recovered = self._recovered or Recovered()
+        if self._blocks:
+            parts = [posted.id for posted in self._blocks[-1].posted]
+            attached = self._blocks[-1].overflow_attached
+        else:  # a restart's report: what the earlier process showed, until it is redone
+            parts, attached = list(recovered.parts), recovered.attached
+        if parts:
+            ref["parts"] = [str(part) for part in parts]
+        if attached:
+            ref["attached"] = True
+        after = self._last_sent or recovered.after
+        if after is not None and (self._head is None or after != self._head.id):
+            ref["after"] = str(after)
+        if self._tools_shown:
+            ref["tools"] = self._tools_shown
+        if self._head_in_text:
+            ref["head_text"] = True
         return ref
+
+    def set_checkpoint(self, checkpoint: Callable[[], Awaitable[None]]) -> None:
+        self._checkpoint = checkpoint
+
+    async def _store_ref(self) -> None:
+        """Have the ref stored now: a crash after this finds the message just posted."""
+        if self._checkpoint is not None:
+            await self._checkpoint()
 
     async def emit(self, event: SurfaceEvent) -> None:
         match event:
@@ -231,7 +299,11 @@ class DiscordSurface:
                         self._blocks.append(_Block())
                     self._blocks[-1].text += text
                     self._throttle.request()
-            case MessageEnd(message=AssistantMessage()):
+            case MessageEnd(message=AssistantMessage() as message):
+                # The whole reply: deltas a slow surface's feed dropped (bounded) are in it.
+                text = message.text()
+                if text and self._blocks:
+                    self._blocks[-1].text = text
                 self._throttle.request()
             case ToolExecutionStart():
                 await self._throttle.drain()  # the text before the call shows above it
@@ -295,9 +367,7 @@ class DiscordSurface:
                 await self._render_block(block)
 
     async def _render_block(self, block: _Block) -> None:
-        parts = split_markdown(block.text, MESSAGE_LIMIT) if block.text.strip() else []
-        if len(parts) > MAX_PARTS_PER_BLOCK:
-            parts = [*parts[: MAX_PARTS_PER_BLOCK - 1], OVERFLOW_TEXT]
+        parts, _ = _parts(block.text)
         for index, part in enumerate(parts):
             if index < len(block.posted):
                 posted = block.posted[index]
@@ -311,6 +381,15 @@ class DiscordSurface:
                 await self._edit_or_repost(block, 0, content=part)
                 continue
             block.posted.append(await self._send(part))
+            await self._store_ref()
+        # Fewer parts than shown (an answer recovered after a crash, fences rebalanced): a
+        # stale part must not keep showing old text. The first one is never stale.
+        while len(block.posted) > max(len(parts), 1):
+            stale = block.posted.pop()
+            if stale is self._head or not await stale.delete():
+                block.posted.append(stale)
+                break
+            await self._store_ref()
 
     def _may_use_head(self) -> bool:
         """The first text of a run goes into the head, unless tools came first."""
@@ -334,6 +413,7 @@ class DiscordSurface:
         block.posted[index] = replacement
         if posted is self._head:
             self._head = replacement
+        await self._store_ref()
 
     # -- tools -------------------------------------------------------------------------------
 
@@ -343,9 +423,14 @@ class DiscordSurface:
             title=_cut(f"⚙️ {event.label or event.tool_name}", EMBED_TITLE_CHARS), colour=GREY
         )
         async with self._lock:
+            # Text after the call goes below it, in a block of its own: the ref names that
+            # block's (no) parts before the call shows, so a crash now never has the answer
+            # after the call recovered into the text before it.
+            self._blocks.append(_Block())
+            await self._store_ref()
             posted = await self._send("", embed=embed)
+            self._tools_shown += 1
         self._tools[event.tool_call_id] = (posted, event)
-        self._blocks.append(_Block())  # text after the call goes below it
 
     async def _tool_ended(self, event: ToolExecutionEnd) -> None:
         started = self._tools.pop(event.tool_call_id, None)
@@ -435,7 +520,11 @@ class DiscordSurface:
         self._run_id = event.run_id
         if event.final_text.strip() and not any(block.text.strip() for block in self._blocks):
             # Nothing was streamed (a report after a restart, a model that does not stream).
-            self._blocks.append(_Block(text=event.final_text))
+            block = _Block(text=event.final_text)
+            if self._recovered is not None:
+                async with self._lock:
+                    await self._shown_before(block)
+            self._blocks.append(block)
             self._throttle.request()
         await self._throttle.drain()
         self._finished = True
@@ -465,13 +554,65 @@ class DiscordSurface:
             if event.error_text:
                 await self._send(_error_line(event))
 
+    async def _shown_before(self, block: _Block) -> None:
+        """Find what an earlier process showed of `block` (a restart's report): the parts its
+        ref names, then any of the bot's own messages after what the ref knew that reads like
+        the next part, or is the overflow file (posted in the instant before it could be
+        stored). They are edited in place, never posted again."""
+        recovered = self._recovered or Recovered()
+        head = self._head
+        for part_id in recovered.parts[:MAX_PARTS_PER_BLOCK]:
+            if head is not None and part_id == head.id:
+                self._head_in_text = True
+                block.posted.append(head)
+            else:
+                block.posted.append(_BotMessage(_partial(self._channel, part_id), ""))
+        if not block.posted and self._may_use_head():
+            assert head is not None
+            self._head_in_text = True
+            block.posted.append(head)
+        block.overflow_attached = recovered.attached
+        expected, overflows = _parts(block.text)
+        missing = len(block.posted) < len(expected) or (overflows and not block.overflow_attached)
+        known = [*recovered.parts, *([head.id] if head is not None else [])]
+        anchor = max(recovered.after or 0, *known, 0)
+        if not missing or not anchor or self._own_id is None:
+            return
+        for message in await self._own_messages_after(anchor):
+            if message.embeds:
+                continue
+            if any(attached.filename == OVERFLOW_FILE for attached in message.attachments):
+                block.overflow_attached = overflows
+            elif (
+                message.content
+                and not message.attachments
+                and len(block.posted) < len(expected)
+                and _continues(message.content, expected[len(block.posted)])
+            ):
+                block.posted.append(_BotMessage(message, message.content))
+
+    async def _own_messages_after(self, anchor: int) -> list[discord.Message]:
+        """The bot's own messages after `anchor`, oldest first (one read, bounded)."""
+        found: list[discord.Message] = []
+        try:
+            async for message in self._channel.history(
+                limit=LOOKUP_LIMIT, after=discord.Object(id=anchor), oldest_first=True
+            ):
+                if message.id > anchor and message.author.id == self._own_id:
+                    found.append(message)
+        except discord.HTTPException:
+            log.warning("could not read the channel to find an answer's parts; posting them")
+        return sorted(found, key=lambda message: message.id)
+
     async def _attach_overflow(self) -> None:
         for block in self._blocks:
-            parts = split_markdown(block.text, MESSAGE_LIMIT) if block.text.strip() else []
-            if len(parts) > MAX_PARTS_PER_BLOCK and not block.overflow_attached:
+            _, overflows = _parts(block.text)
+            if overflows and not block.overflow_attached:
                 data = block.text.encode()[:MAX_UPLOAD_BYTES]
-                await self._send("", files=[discord.File(io.BytesIO(data), filename="answer.md")])
+                file = discord.File(io.BytesIO(data), filename=OVERFLOW_FILE)
+                await self._send("", files=[file])
                 block.overflow_attached = True
+                await self._store_ref()
 
     def _last_text_message(self) -> Posted | None:
         for block in reversed(self._blocks):
@@ -501,6 +642,7 @@ class DiscordSurface:
         if files:
             kwargs["files"] = files
         message = await self._channel.send(**kwargs)
+        self._last_sent = message.id
         posted = _BotMessage(message, content)
         posted.has_view = view is not None
         return posted
@@ -546,6 +688,17 @@ class DiscordSurfaces:
             return None
         head_id = _int(ref.get("head_id"))
         head_channel_id = _int(ref.get("head_channel_id"))
+        raw_parts = ref.get("parts")
+        parts = raw_parts[:MAX_PARTS_PER_BLOCK] if isinstance(raw_parts, list) else []
+        tools = ref.get("tools")
+        recovered = Recovered(
+            parts=tuple(part for part in map(_int, parts) if part is not None),
+            after=_int(ref.get("after")),
+            tools=tools if isinstance(tools, int) and 0 <= tools <= 1_000_000 else 0,
+            head_text=ref.get("head_text") is True,
+            attached=ref.get("attached") is True,
+        )
+        user = self._client.user
         return DiscordSurface(
             self._client.get_partial_messageable(channel_id),
             channel_id=channel_id,
@@ -554,7 +707,46 @@ class DiscordSurfaces:
             head_channel=self._client.get_partial_messageable(head_channel_id)
             if head_channel_id is not None
             else None,
+            recovered=recovered,
+            own_id=user.id if user is not None else None,
         )
+
+
+def _parts(text: str) -> tuple[list[str], bool]:
+    """The messages a stretch of answer text shows as, and whether it overflows: more than
+    `MAX_PARTS_PER_BLOCK` parts show as the first ones and a note that the rest is attached.
+
+    Called on every update of a stream, so only the text those parts can hold is split (a
+    model's longest answer, split whole, holds the event loop for tens of milliseconds). Every
+    part of a prefix's split but the last is the text's own (the split is greedy, front to
+    back), so if a prefix of one part more than fits splits into more parts than are shown,
+    those are the text's first parts; if it does not (blank lines dropped between parts), the
+    text is split whole."""
+    if not text.strip():
+        return [], False
+    prefix = text[: (MAX_PARTS_PER_BLOCK + 1) * MESSAGE_LIMIT]
+    parts = split_markdown(prefix, MESSAGE_LIMIT)
+    if len(parts) <= MAX_PARTS_PER_BLOCK and len(prefix) < len(text):
+        parts = split_markdown(text, MESSAGE_LIMIT)
+    if len(parts) > MAX_PARTS_PER_BLOCK:
+        return [*parts[: MAX_PARTS_PER_BLOCK - 1], OVERFLOW_TEXT], True
+    return parts, False
+
+
+def _continues(shown: str, part: str) -> bool:
+    """Could a message showing `shown` be an earlier state of `part` (the same place in a
+    streamed answer: one is a prefix of the other, a fence closed at the end aside)?"""
+    shown, part = _unfenced_end(shown), _unfenced_end(part)
+    return bool(shown) and (part.startswith(shown) or shown.startswith(part))
+
+
+def _unfenced_end(text: str) -> str:
+    """`text` without trailing blanks and a closing fence line (added by a split)."""
+    text = text.rstrip()
+    head, _, last = text.rpartition("\n")
+    if head and last.strip() and set(last.strip()) <= {"`", "~"}:
+        return head.rstrip()
+    return text
 
 
 def _partial(channel: discord.abc.Messageable, message_id: int) -> discord.PartialMessage:
