@@ -1,6 +1,6 @@
 """A long Discord answer whose process died while showing it is shown once after the restart.
 
-The real `TeammateBot`, runner and SQLite store answer a mention with an answer of several
+The real `TeammateBot`, runner and SQLite store answer a mention or an `/ask` with several
 Discord messages against `DyingDiscord`, which "kills" the process at a moment it chooses: from
 then on every call the old process makes hangs forever (its half-done calls never finish, as
 after a SIGKILL), and only a new token is accepted. A new runner on the same store, with a
