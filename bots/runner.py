@@ -88,6 +88,7 @@ STALE_STOP_TEXT = "That answer has already finished; nothing was stopped."
 LEASE_LOST_TEXT = "Another Teammate instance took over this conversation."
 # How long a run's end may take to show before the run is closed in the store anyway.
 FINAL_SHOWN_WAIT_S = 30.0
+REPAIRS_AT_ONCE = 16  # runs a recovery closes at once (each waits for its end to be shown)
 # Several instances: how often each looks for conversations a dead instance left behind.
 TAKEOVER_SWEEP_S = 15.0
 
@@ -331,7 +332,7 @@ class ConversationRunner:
         """After a restart: close runs a crash interrupted (history made replayable for
         good, and a `RunFinished` shown where each run was shown), then answer messages that
         were accepted but never delivered. Returns the runs recovered."""
-        recovered: list[RunRecord] = []
+        repairs: list[RunRecord] = []
         if self._instances.shared and not self._listening:
             self._listening = True
             self._spawn(self._listen())
@@ -356,7 +357,9 @@ class ConversationRunner:
             elif owner_alive(run.owner):
                 busy.add(run.conversation_id)
                 continue
-            recovered.append(await self._repair(run))
+            repairs.append(run)
+        # At once, bounded: each waits for its end to be shown (a platform call or a few).
+        recovered = await _each_bounded(self._repair, repairs, REPAIRS_AT_ONCE)
         for conversation_id in await self.store.pending_conversations():
             if conversation_id in busy:
                 continue
@@ -371,30 +374,43 @@ class ConversationRunner:
         return recovered
 
     async def _repair(self, run: RunRecord) -> RunRecord:
-        """Close a run its process left open (it died, or stalled past its lease), history
-        made replayable for good, and show its end where it was shown."""
+        """Close a run its process left open (it died, or stalled past its lease): history
+        made replayable for good, its end shown where it was shown, then the run closed.
+
+        Shown before closed, like any run's end: a process that dies while showing it leaves
+        the run open, and the next recovery shows it. That recovery reads the same history:
+        nothing is answered in a conversation before its dead runs are closed (`recover()`
+        starts drivers after its repairs, `_take_lease` repairs before answering)."""
         loaded = await self.store.load(run.conversation_id)
         messages = [stored.message for stored in loaded.messages]
         answer = _final_answer(messages)
+        outcome: RunOutcome
         if answer is not None:
             # It had answered (its reply is the last thing in history) and died showing it:
             # closed as done, and its answer shown where it was being shown.
-            record = await self.store.finish_run(run.id, "done")
+            outcome, error = "done", None
             final_text, error_text = answer.text(), None
         else:
             for call_id, name in unanswered_tool_calls(messages):
                 await self.store.append_message(
                     run.conversation_id, interrupted_result(call_id, name), run_id=run.id
                 )
-            record = await self.store.finish_run(
-                run.id, "interrupted", error="interrupted by a restart"
-            )
+            outcome, error = "interrupted", "interrupted by a restart"
             final_text, error_text = "", INTERRUPTED_TEXT
         surface = self._surface_for(run.conversation_key, run.surface_ref)
         if surface is not None:
             feed = self._feed(run.conversation_key, surface, run_id=run.id)
-            feed.put(self._finished(record, final_text, error_text))
+            feed.put(
+                RunFinished(
+                    run.conversation_key, run.id, outcome, run.usage, final_text, error_text
+                )
+            )
             feed.close()
+            try:
+                await asyncio.wait_for(feed.wait(), FINAL_SHOWN_WAIT_S)
+            except TimeoutError:
+                log.warning("the end of recovered run %s is not shown yet; closing it", run.id)
+        record = await self.store.finish_run(run.id, outcome, error=error)
         log.warning("run %s in %s was %s; repaired", run.id, run.conversation_key, record.outcome)
         return record
 
@@ -875,6 +891,24 @@ class ConversationRunner:
             final_text=final_text,
             error_text=error_text,
         )
+
+
+async def _each_bounded(
+    work: Callable[[RunRecord], Awaitable[RunRecord]], runs: list[RunRecord], limit: int
+) -> list[RunRecord]:
+    """`work(run)` for every run, at most `limit` at once, results in order. Every one is
+    carried through even if another fails; then the first failure is raised."""
+    slots = asyncio.Semaphore(limit)
+
+    async def one(run: RunRecord) -> RunRecord:
+        async with slots:
+            return await work(run)
+
+    done = await asyncio.gather(*(one(run) for run in runs), return_exceptions=True)
+    for outcome in done:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [outcome for outcome in done if not isinstance(outcome, BaseException)]
 
 
 def _final_answer(messages: list[Message]) -> AssistantMessage | None:

@@ -201,3 +201,60 @@ async def test_messages_accepted_before_a_crash_are_answered_after_it(
         timestamp=1_796_000_000.0,
     )
     assert await runner.submit(retried, RecordingSurface()) == "duplicate"
+
+
+class DiesShowingTheEnd(RecordingSurfaces):
+    """Surfaces of a restarted process that dies while showing a recovered run's end: the
+    `run_finished` never gets through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached_the_end = asyncio.Event()
+
+    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> RecordingSurface:
+        made = self
+
+        class Hanging(RecordingSurface):
+            async def emit(self, event: SurfaceEvent) -> None:
+                if event.type == "run_finished":
+                    made.reached_the_end.set()
+                    await asyncio.Event().wait()  # the process dies here
+                await super().emit(event)
+
+        surface = Hanging(str(ref.get("name", "restored")))
+        self.made.append((conversation_key, ref, surface))
+        return surface
+
+
+async def test_a_restart_that_dies_showing_a_recovered_end_leaves_it_for_the_next(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel([Reply(tool_calls=[call("sleep", {"seconds": 3600})])])
+    first = make_runner(store, tmp_path, model, tools=[SleepTool()])
+    surface = PostsOnce()
+    await first.submit(incoming("work for an hour"), surface)
+    await surface.wait_for(lambda s: s.tool_starts())
+
+    async def ref_stored() -> bool:
+        return (await store.running_runs())[0].surface_ref.get("ts") is not None
+
+    await until(ref_stored)
+    # The first process died; the second starts, and dies while showing that run's end.
+    dying = DiesShowingTheEnd()
+    second = make_runner(store, tmp_path, ScriptedModel(), surfaces=dying)
+    recovering = asyncio.ensure_future(second.recover())
+    await asyncio.wait_for(dying.reached_the_end.wait(), 30)
+    recovering.cancel()
+    await asyncio.gather(recovering, return_exceptions=True)
+    # Not shown, so not closed: the third process shows it.
+    surfaces = RecordingSurfaces()
+    third = make_runner(store, tmp_path, ScriptedModel(), surfaces=surfaces)
+    [recovered] = await third.recover()
+    await third.wait_all()
+    [(key, ref, shown)] = surfaces.made
+    assert key == KEY and ref["ts"] == "1700000000.000200"
+    [finished] = shown.finished()
+    assert finished.outcome == "interrupted" and finished.run_id == recovered.id
+    assert await store.running_runs() == []
+    assert roles(await history(store)) == ["user", "assistant", "tool_result"]
+    await first.close(timeout_s=5)
