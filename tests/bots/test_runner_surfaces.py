@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from bots.incoming import Incoming
+from bots.runner import ConversationRunner
 from bots.surface import FileOut, SurfaceEvent
 from core.messages import UserMessage
 from core.models.scripted import Reply, ScriptedModel, call
@@ -107,9 +108,9 @@ class PostsOnce(RecordingSurface):
         await super().emit(event)
 
 
-async def test_a_surface_location_learnt_after_posting_is_used_after_a_restart(
-    store: SqliteStore, tmp_path: Path
-) -> None:
+async def a_run_in_a_tool(store: SqliteStore, tmp_path: Path) -> ConversationRunner:
+    """A process running an hour-long tool, its surface's location stored: the runner, for
+    the test to drop (the process died) and close at the end."""
     model = ScriptedModel([Reply(tool_calls=[call("sleep", {"seconds": 3600})])])
     first = make_runner(store, tmp_path, model, tools=[SleepTool()])
     surface = PostsOnce()
@@ -120,6 +121,13 @@ async def test_a_surface_location_learnt_after_posting_is_used_after_a_restart(
         return (await store.running_runs())[0].surface_ref.get("ts") is not None
 
     await until(ref_stored)
+    return first
+
+
+async def test_a_surface_location_learnt_after_posting_is_used_after_a_restart(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    first = await a_run_in_a_tool(store, tmp_path)
     # A second process on the same database, after this one died (same owner: not alive).
     surfaces = RecordingSurfaces()
     restarted = make_runner(store, tmp_path, ScriptedModel(), surfaces=surfaces)
@@ -229,16 +237,7 @@ class DiesShowingTheEnd(RecordingSurfaces):
 async def test_a_restart_that_dies_showing_a_recovered_end_leaves_it_for_the_next(
     store: SqliteStore, tmp_path: Path
 ) -> None:
-    model = ScriptedModel([Reply(tool_calls=[call("sleep", {"seconds": 3600})])])
-    first = make_runner(store, tmp_path, model, tools=[SleepTool()])
-    surface = PostsOnce()
-    await first.submit(incoming("work for an hour"), surface)
-    await surface.wait_for(lambda s: s.tool_starts())
-
-    async def ref_stored() -> bool:
-        return (await store.running_runs())[0].surface_ref.get("ts") is not None
-
-    await until(ref_stored)
+    first = await a_run_in_a_tool(store, tmp_path)
     # The first process died; the second starts, and dies while showing that run's end.
     dying = DiesShowingTheEnd()
     second = make_runner(store, tmp_path, ScriptedModel(), surfaces=dying)
