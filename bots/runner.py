@@ -128,6 +128,9 @@ class ConversationRunner:
         # lease per conversation and notifications; a single-process store grants every lease.
         self._instances = coordination_of(store)
         self._background: set[asyncio.Task[None]] = set()
+        # Runs being repaired here, by conversation: its driver answers nothing before they
+        # are closed (see `_repair`).
+        self._repairing: dict[int, set[asyncio.Event]] = {}
         self._listening = False
         self._slots = RunSlots(
             total=settings.max_concurrent_runs,
@@ -340,7 +343,7 @@ class ConversationRunner:
         # Platforms retry a delivery for minutes, not days; a week of ids is plenty.
         await self.store.prune_deliveries(DELIVERY_MEMORY_S)
         busy: set[int] = set()  # conversations another live process is running
-        leased: set[int] = set()  # leases taken here to recover a dead instance's runs
+        leased: dict[int, str] = {}  # leases taken here to recover a dead instance's runs
         for run in await self.store.running_runs():
             if run.conversation_key in self._active:
                 busy.add(run.conversation_id)
@@ -351,7 +354,7 @@ class ConversationRunner:
                 if not await self._instances.acquire_lease(run.conversation_id):
                     busy.add(run.conversation_id)
                     continue
-                leased.add(run.conversation_id)
+                leased[run.conversation_id] = run.conversation_key
                 if run.id not in {r.id for r in await self.store.running_runs()}:
                     continue  # another survivor recovered it before this one got the lease
             elif owner_alive(run.owner):
@@ -368,8 +371,10 @@ class ConversationRunner:
                 continue
             log.info("answering messages left in %s's inbox", conversation.key)
             self._start_driver(ConversationState(conversation), adopt=True)
-            leased.discard(conversation_id)  # the driver holds (and releases) it now
-        for conversation_id in leased:
+            leased.pop(conversation_id, None)  # the driver holds (and releases) it now
+        for conversation_id, key in leased.items():
+            if key in self._active:
+                continue  # a message came meanwhile: its driver holds the lease now
             await self._instances.release_lease(conversation_id)
         return recovered
 
@@ -380,7 +385,20 @@ class ConversationRunner:
         Shown before closed, like any run's end: a process that dies while showing it leaves
         the run open, and the next recovery shows it. That recovery reads the same history:
         nothing is answered in a conversation before its dead runs are closed (`recover()`
-        starts drivers after its repairs, `_take_lease` repairs before answering)."""
+        starts drivers after its repairs, `_take_lease` repairs before answering, and a driver
+        started meanwhile waits for the repairs of its conversation)."""
+        repaired = asyncio.Event()
+        self._repairing.setdefault(run.conversation_id, set()).add(repaired)
+        try:
+            return await self._close_dead_run(run)
+        finally:
+            repaired.set()
+            waiting = self._repairing.get(run.conversation_id, set())
+            waiting.discard(repaired)
+            if not waiting:
+                self._repairing.pop(run.conversation_id, None)
+
+    async def _close_dead_run(self, run: RunRecord) -> RunRecord:
         loaded = await self.store.load(run.conversation_id)
         messages = [stored.message for stored in loaded.messages]
         answer = _final_answer(messages)
@@ -512,6 +530,8 @@ class ConversationRunner:
                     self._hand_over(state)  # another instance runs it and was notified
                     return
                 leased = adopt = True  # and answers what others left pending
+            for repairing in list(self._repairing.get(conversation_id, ())):
+                await repairing.wait()  # a dead run of this conversation is being closed
             if adopt:
                 await self._adopt_pending(state)
             while True:

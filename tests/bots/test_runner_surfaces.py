@@ -28,7 +28,7 @@ from tests.bots.runner_helpers import (
     make_runner,
     roles,
 )
-from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
+from tests.fakes.recording_surface import HoldingTheEnd, RecordingSurface, RecordingSurfaces
 
 
 class BackingOff(RecordingSurface):
@@ -211,35 +211,12 @@ async def test_messages_accepted_before_a_crash_are_answered_after_it(
     assert await runner.submit(retried, RecordingSurface()) == "duplicate"
 
 
-class DiesShowingTheEnd(RecordingSurfaces):
-    """Surfaces of a restarted process that dies while showing a recovered run's end: the
-    `run_finished` never gets through."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reached_the_end = asyncio.Event()
-
-    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> RecordingSurface:
-        made = self
-
-        class Hanging(RecordingSurface):
-            async def emit(self, event: SurfaceEvent) -> None:
-                if event.type == "run_finished":
-                    made.reached_the_end.set()
-                    await asyncio.Event().wait()  # the process dies here
-                await super().emit(event)
-
-        surface = Hanging(str(ref.get("name", "restored")))
-        self.made.append((conversation_key, ref, surface))
-        return surface
-
-
 async def test_a_restart_that_dies_showing_a_recovered_end_leaves_it_for_the_next(
     store: SqliteStore, tmp_path: Path
 ) -> None:
     first = await a_run_in_a_tool(store, tmp_path)
     # The first process died; the second starts, and dies while showing that run's end.
-    dying = DiesShowingTheEnd()
+    dying = HoldingTheEnd()
     second = make_runner(store, tmp_path, ScriptedModel(), surfaces=dying)
     recovering = asyncio.ensure_future(second.recover())
     await asyncio.wait_for(dying.reached_the_end.wait(), 30)
@@ -256,4 +233,34 @@ async def test_a_restart_that_dies_showing_a_recovered_end_leaves_it_for_the_nex
     assert finished.outcome == "interrupted" and finished.run_id == recovered.id
     assert await store.running_runs() == []
     assert roles(await history(store)) == ["user", "assistant", "tool_result"]
+    await first.close(timeout_s=5)
+
+
+async def test_a_message_arriving_while_recovery_shows_a_dead_run_waits_for_it_to_close(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    first = await a_run_in_a_tool(store, tmp_path)
+    slow = HoldingTheEnd()  # here: slow to show the end, then it gets through
+    model = ScriptedModel([Reply(text="the new answer")])
+    second = make_runner(store, tmp_path, model, surfaces=slow)
+    recovering = asyncio.ensure_future(second.recover())
+    await asyncio.wait_for(slow.reached_the_end.wait(), 30)
+    # A new message in the same conversation while the dead run's end is being shown: it is
+    # answered only once that run is closed (else its answer would end the history the dead
+    # run's end is read from, should this process die too).
+    fresh = RecordingSurface("fresh")
+    await second.submit(incoming("are you back?"), fresh)
+    await asyncio.sleep(0.2)
+    assert model.requests == [] and len(await store.running_runs()) == 1
+    slow.lift.set()
+    await recovering
+    await second.wait_all()
+    assert [f.final_text for f in fresh.finished()] == ["the new answer"]
+    assert roles(await history(store)) == [
+        "user",
+        "assistant",
+        "tool_result",
+        "user",
+        "assistant",
+    ]
     await first.close(timeout_s=5)

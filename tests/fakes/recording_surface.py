@@ -61,3 +61,30 @@ class RecordingSurfaces:
         surface = RecordingSurface(str(ref.get("name", "restored")))
         self.made.append((conversation_key, ref, surface))
         return surface
+
+
+class HoldingTheEnd(RecordingSurfaces):
+    """Surfaces on which a run's end (`run_finished`) waits until `lift` is set: a restarted
+    process that dies (never lifted) or is slow while showing a recovered run's end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached_the_end = asyncio.Event()
+        self.lift = asyncio.Event()
+
+    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> RecordingSurface:
+        surface = _HoldsTheEnd(str(ref.get("name", "restored")), self)
+        self.made.append((conversation_key, ref, surface))
+        return surface
+
+
+class _HoldsTheEnd(RecordingSurface):
+    def __init__(self, name: str, holding: HoldingTheEnd) -> None:
+        super().__init__(name)
+        self._holding = holding
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        if event.type == "run_finished":
+            self._holding.reached_the_end.set()
+            await self._holding.lift.wait()
+        await super().emit(event)

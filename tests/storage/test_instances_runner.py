@@ -18,7 +18,7 @@ from storage.base import ConversationStore, RunRecord
 from storage.postgres import PostgresStore
 from tests.bots.runner_helpers import BOB, CHANNEL, KEY, incoming
 from tests.fakes.gate_tool import GateTool
-from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
+from tests.fakes.recording_surface import HoldingTheEnd, RecordingSurface, RecordingSurfaces
 
 LIMIT_S = 30.0  # a hang guard, not a speed check
 
@@ -254,4 +254,39 @@ async def test_a_conversation_taken_over_by_a_new_message_closes_the_dead_run_fi
                 "question", "the first answer", "and then?", "the second answer"
             ]  # fmt: skip
         finally:
+            await runner.close()
+
+
+async def test_a_message_arriving_during_a_takeover_keeps_its_lease_after_recovery(
+    pg_url: str, tmp_path: Path
+) -> None:
+    # Recovery took a dead instance's lease to close its run; a new message in that
+    # conversation arrived meanwhile and its driver took the same lease. Recovery then handed
+    # "its" lease back: the driver answered without one, free for any other instance to take.
+    dead, _run = await dead_instance_run(pg_url, AssistantMessage(content=[call("gate")]))
+    dead._instances._held.clear()  # it dies: no heartbeat, the lease is not handed back
+    await dead.close()
+
+    gate = GateTool()
+    model = ScriptedModel([Reply(tool_calls=[call("gate")]), Reply(text="answered")])
+    holding = HoldingTheEnd()
+    async with PostgresStore.open(pg_url) as store, PostgresStore.open(pg_url) as other:
+        runner = make_runner(store, tmp_path, model, [gate], holding)
+        try:
+            await asyncio.sleep(0.6)  # the dead instance's lease expires
+            recovering = asyncio.ensure_future(runner.recover())
+            await asyncio.wait_for(holding.reached_the_end.wait(), LIMIT_S)
+            bob = RecordingSurface("bob")
+            assert await runner.submit(incoming("and then?", author=BOB), bob) == "started"
+            holding.lift.set()
+            await asyncio.wait_for(recovering, LIMIT_S)
+            await asyncio.wait_for(gate.entered.wait(), LIMIT_S)
+            conversation = await store.get_conversation(KEY)
+            assert conversation is not None
+            assert not await other.acquire_lease(conversation.id)  # still held by the driver
+            gate.opened.set()
+            await asyncio.wait_for(runner.wait(KEY), LIMIT_S)
+            assert [f.final_text for f in bob.finished()] == ["answered"]
+        finally:
+            gate.opened.set()
             await runner.close()
