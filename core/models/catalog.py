@@ -37,12 +37,19 @@ class AnthropicModelSpec:
     `adaptive_thinking`: accepts `thinking: {"type": "adaptive"}`.
     `thinks_by_default`: thinks even when the request has no `thinking` field (these models
     reject `{"type": "disabled"}`, so "off" can only mean "don't ask").
+    `preserved_thinking`: a replayed thinking block is checked against its prefix (system,
+    tools, every earlier message); a changed prefix is a 400 unless the request asks for
+    `drop_block` (docs/architecture.md, "Preserved thinking").
+    `display_omitted`: thinking text is omitted unless the request asks for it; on these models
+    the text between tool calls comes inside thinking, so the adapter asks for it.
     """
 
     info: ModelInfo
     adaptive_thinking: bool
     thinks_by_default: bool = False
     deprecated: bool = False
+    preserved_thinking: bool = False
+    display_omitted: bool = False
 
 
 def _spec(
@@ -54,6 +61,8 @@ def _spec(
     adaptive_thinking: bool,
     thinks_by_default: bool = False,
     deprecated: bool = False,
+    preserved_thinking: bool = False,
+    display_omitted: bool = False,
 ) -> AnthropicModelSpec:
     input_price, output_price, cache_read, cache_write = prices
     return AnthropicModelSpec(
@@ -74,6 +83,8 @@ def _spec(
         adaptive_thinking=adaptive_thinking,
         thinks_by_default=thinks_by_default,
         deprecated=deprecated,
+        preserved_thinking=preserved_thinking,
+        display_omitted=display_omitted,
     )
 
 
@@ -86,6 +97,8 @@ ANTHROPIC_MODELS: dict[str, AnthropicModelSpec] = {
     for spec in (
         _spec(
             "claude-sonnet-5-5",
+            preserved_thinking=True,
+            display_omitted=True,
             prices=(2.0, 10.0, 0.10, 2.50),
             context_window=1 * _M,
             max_output_tokens=128 * _K,
@@ -94,6 +107,7 @@ ANTHROPIC_MODELS: dict[str, AnthropicModelSpec] = {
         ),
         _spec(
             "claude-sonnet-5",
+            display_omitted=True,
             prices=(2.0, 10.0, 0.20, 2.50),
             context_window=1 * _M,
             max_output_tokens=128 * _K,
@@ -117,6 +131,8 @@ ANTHROPIC_MODELS: dict[str, AnthropicModelSpec] = {
         ),
         _spec(
             "claude-opus-5-5",
+            preserved_thinking=True,
+            display_omitted=True,
             prices=(4.0, 20.0, 0.20, 5.00),
             context_window=1 * _M,
             max_output_tokens=128 * _K,
@@ -183,6 +199,8 @@ def anthropic_model_spec(model_id: str) -> AnthropicModelSpec:
                 adaptive_thinking=spec.adaptive_thinking,
                 thinks_by_default=spec.thinks_by_default,
                 deprecated=spec.deprecated,
+                preserved_thinking=spec.preserved_thinking,
+                display_omitted=spec.display_omitted,
             )
         return spec
     log.warning("unknown Anthropic model %r: no prices (cost reported as 0)", model_id)
