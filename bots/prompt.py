@@ -1,12 +1,19 @@
-"""What the model is told: the system prompt and the header of each user message.
+"""What the model is told: the system prompt, the channel's context and the header of each user
+message.
 
-Owns: the base system prompt, its composition with a platform's formatting rules and a channel's
-additions, the user-message header that carries volatile facts (who is speaking, when), and the
-backfill message (a thread's earlier messages, when Teammate is first mentioned in it).
+Owns: the base system prompt, its composition with a platform's formatting rules and the
+deployment's own prompt, the channel context note (the channel's instructions and memory), the
+user-message header that carries volatile facts (who is speaking, when), and the backfill
+message (a thread's earlier messages, when Teammate is first mentioned in it).
 
-The system prompt must be byte-identical from turn to turn so the prompt cache holds: it is a
-pure function of (platform rules, channel additions, tool names), with no time, no user and no
-counters in it. Everything volatile goes into the user message.
+The system prompt is byte-identical for every conversation of a platform, run after run: a pure
+function of (platform rules, the deployment's prompt), with no channel, time, user, tool list or
+counter in it. It must be: the models that preserve thinking check each replayed thinking block
+against everything before it, so editing the system prompt of a conversation invalidates its
+earlier reasoning (docs/architecture.md, "Preserved thinking"). What a channel's admins and
+members can change while conversations go on (its instructions, its memory) is appended to the
+conversation as a context note when it changed (`channel_context_note`), never edited into
+what was already sent; volatile facts go into the user message header.
 """
 
 from __future__ import annotations
@@ -16,8 +23,7 @@ from datetime import UTC, datetime
 from typing import TypeAlias
 
 from bots.incoming import BackfillMessage
-from core.messages import Author, UserMessage
-from core.tools import AnyTool
+from core.messages import Author, Message, UserMessage
 
 BASE_PROMPT = """\
 You are Teammate, an AI assistant that a team shares in its chat. Several people may talk to you \
@@ -53,27 +59,67 @@ def rules_for(platform_rules: PlatformRules, channel_key: str) -> str:
     return "\n\n".join(platform_rules[name] for name in sorted(platform_rules))
 
 
-def system_prompt(
-    *,
-    platform_rules: str,
-    channel_prompt: str = "",
-    global_prompt: str = "",
-    tools: Sequence[AnyTool] = (),
-) -> str:
-    """The stable system prompt for one channel."""
-    parts = [BASE_PROMPT, "Formatting:\n" + platform_rules.strip()]
-    if tools:
-        listing = "\n".join(f"- {tool.name}: {tool.label}" for tool in tools)
-        parts.append(
-            "Your tools work inside this channel's workspace directory, which the channel's "
-            f"conversations share:\n{listing}"
-        )
-    else:
-        parts.append("You have no tools in this channel.")
-    for extra in (global_prompt, channel_prompt):
-        if extra.strip():
-            parts.append(extra.strip())
+TOOLS_NOTE = (
+    "Your tools, when a channel gives you any, work inside that channel's workspace directory, "
+    "which the channel's conversations share."
+)
+CONTEXT_INTRO = (
+    "The channel's context, from the chat system (not from a person in the conversation). It "
+    "replaces any earlier channel context in this conversation."
+)
+CONTEXT_OPEN = "<channel-context>"
+CONTEXT_CLOSE = "</channel-context>"
+INSTRUCTIONS_INTRO = "Instructions for this channel, set by its admins:"
+NO_CONTEXT_TEXT = "This channel has no instructions and no memory now."
+
+
+def system_prompt(*, platform_rules: str, global_prompt: str = "") -> str:
+    """The stable system prompt of a platform's conversations."""
+    parts = [BASE_PROMPT, "Formatting:\n" + platform_rules.strip(), TOOLS_NOTE]
+    if global_prompt.strip():
+        parts.append(global_prompt.strip())
     return "\n\n".join(parts)
+
+
+def channel_context_text(*, instructions: str, memory: str) -> str:
+    """The channel context note's text: a pure function of the channel's instructions and its
+    memory block, or "" when the channel has neither."""
+    parts = []
+    if instructions.strip():
+        parts.append(f"{INSTRUCTIONS_INTRO}\n{instructions.strip()}")
+    if memory:
+        parts.append(memory)
+    if not parts:
+        return ""
+    body = "\n\n".join(parts)
+    return f"{CONTEXT_OPEN}\n{CONTEXT_INTRO}\n\n{body}\n{CONTEXT_CLOSE}"
+
+
+def is_context_note(message: Message) -> bool:
+    """A context note is written by Teammate: no author, and its text opens with the tag (a
+    person's message always has an author and begins with the header)."""
+    return (
+        isinstance(message, UserMessage)
+        and message.author is None
+        and isinstance(message.content, str)
+        and message.content.startswith(CONTEXT_OPEN)
+    )
+
+
+def channel_context_note(messages: Sequence[Message], wanted: str) -> UserMessage | None:
+    """The note to append so the model's view of the channel is `wanted`, or None when the
+    last note it was given (in the messages it will see) already says that. A conversation
+    that never had a note and has nothing to say needs none; one whose instructions or memory
+    were removed is told so."""
+    last = next((m for m in reversed(messages) if is_context_note(m)), None)
+    shown = last.text() if isinstance(last, UserMessage) else None
+    if wanted:
+        return None if shown == wanted else UserMessage(content=wanted)
+    if shown is None or NO_CONTEXT_TEXT in shown:
+        return None
+    return UserMessage(
+        content=f"{CONTEXT_OPEN}\n{CONTEXT_INTRO}\n\n{NO_CONTEXT_TEXT}\n{CONTEXT_CLOSE}"
+    )
 
 
 def user_header(author: Author, timestamp: float) -> str:

@@ -38,7 +38,14 @@ from bots.fairness import RunSlots
 from bots.inbox import ConversationState, Queued, RunState, Unseen
 from bots.incoming import Incoming
 from bots.memory import memory_block
-from bots.prompt import PlatformRules, backfill_message, rules_for, system_prompt
+from bots.prompt import (
+    PlatformRules,
+    backfill_message,
+    channel_context_note,
+    channel_context_text,
+    rules_for,
+    system_prompt,
+)
 from bots.recovery import INTERRUPTED_TEXT, OWNER, owner_alive
 from bots.settings import ChannelConfig, Settings
 from bots.surface import Notice, RunFinished, RunStarted, Surface, SurfaceFactory
@@ -681,12 +688,18 @@ class ConversationRunner:
             tools = [tool for tool in tools if keeps_tool(overrides.tools, tool)]
         if self._channel_tools is not None:
             tools += self._channel_tools(conversation.channel_key)
-        prompt = self._system_prompt(conversation.channel_key, tools, overrides.system_prompt)
-        # The channel's memory: its own system block after the stable prompt (bots.memory).
+        prompt = self._system_prompt(conversation.channel_key)
+        # The channel's instructions and memory reach the model as a note appended when they
+        # changed, never as an edit of what was sent (bots.prompt, "Preserved thinking").
         memory = ""
         if self.settings.memory.enabled:
             memory = memory_block(await self.store.memory_notes(conversation.channel_key))
+        instructions = overrides.system_prompt
+        if instructions is None:
+            instructions = self.settings.channel(conversation.channel_key).system_prompt
+        context_text = channel_context_text(instructions=instructions, memory=memory)
         loaded = await self._compact(conversation, loaded, model, force=False)
+        messages = await self._with_context_note(conversation, run, loaded, context_text)
         config = LoopConfig(
             max_turns=self.settings.max_turns,
             max_tokens=self.settings.max_output_tokens,
@@ -702,9 +715,7 @@ class ConversationRunner:
             run.accepting = True
             for queued in state.inbox.values():
                 run.steer(queued)
-            context = AgentContext(
-                prompt, compaction.context_messages(loaded), tools, system_tail=memory
-            )
+            context = AgentContext(prompt, messages, tools)
             try:
                 end = await self._stream_run(context, model, state, run, control, config)
             finally:
@@ -724,6 +735,7 @@ class ConversationRunner:
             # not delivered is still in the inbox and goes to the retry's fresh control.
             loaded = await self.store.load(conversation.id)
             loaded = await self._compact(conversation, loaded, model, force=True)
+            messages = await self._with_context_note(conversation, run, loaded, context_text)
 
         outcome: RunOutcome
         error_text: str | None = None
@@ -865,17 +877,25 @@ class ConversationRunner:
             self._models[model_id] = model
         return model
 
-    def _system_prompt(
-        self, channel_key: str, tools: Sequence[AnyTool], stored_prompt: str | None = None
-    ) -> str:
-        if stored_prompt is None:
-            stored_prompt = self.settings.channel(channel_key).system_prompt
+    def _system_prompt(self, channel_key: str) -> str:
         return system_prompt(
             platform_rules=rules_for(self._platform_rules, channel_key),
-            channel_prompt=stored_prompt,
             global_prompt=self.settings.system_prompt,
-            tools=tools,
         )
+
+    async def _with_context_note(
+        self, conversation: Conversation, run: RunState, loaded: LoadedConversation, wanted: str
+    ) -> list[Message]:
+        """The messages the model sees, with a channel context note appended (and stored, so
+        every later request replays the same bytes) when the channel's instructions or memory
+        differ from the last note among them (a compaction may have summarised it away)."""
+        messages = compaction.context_messages(loaded)
+        note = channel_context_note(messages, wanted)
+        if note is None:
+            return messages
+        assert run.id is not None
+        await self.store.append_message(conversation.id, note, run_id=run.id)
+        return [*messages, note]
 
     def _feed(self, key: str, surface: Surface, *, run_id: int | None = None) -> SurfaceFeed:
         feed = SurfaceFeed(surface, on_ref_change=self._ref_changed, name=key, run_id=run_id)

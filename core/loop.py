@@ -101,7 +101,6 @@ class AgentContext:
     system_prompt: str
     messages: list[Message]
     tools: Sequence[AnyTool] = ()
-    system_tail: str = ""  # after the stable prompt, its own cache block (`ModelRequest`)
 
 
 @dataclass(slots=True)
@@ -334,7 +333,6 @@ class _Run:
     async def _stream_reply(self) -> AssistantMessage:
         request = ModelRequest(
             system_prompt=self.context.system_prompt,
-            system_tail=self.context.system_tail,
             messages=list(self.sendable),
             tools=self.tool_specs,
             max_tokens=self.config.max_tokens,

@@ -159,6 +159,10 @@ class AssistantMessage(BaseModel):
     error_message: str | None = None
     error_kind: ErrorKind | None = None
     timestamp: float = Field(default_factory=now)
+    # What the provider says identifies the request this reply answered (Anthropic: a digest
+    # of its system, tools and messages). Kept so that a later request can tell whether the
+    # reply's signed thinking is still bound to an unchanged prefix; opaque to everyone else.
+    prefix_digest: str | None = None
 
     def text(self) -> str:
         return "".join(part.text for part in self.content if isinstance(part, Text))

@@ -78,6 +78,15 @@ from core.models.base import (
     cost_of,
 )
 from core.models.catalog import DEFAULT_MODEL, anthropic_model_spec
+from core.models.thinking_binding import (
+    BINDING_BETA,
+    BOUND_ELSEWHERE_HINT,
+    DROP_BLOCK,
+    BindingCheck,
+    BlockDigests,
+    check_binding,
+    frame_digest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +114,9 @@ _STOP_REASONS: dict[str, tuple[StopReason | Literal["continue"], ErrorKind | Non
     "tool_use": ("tool_use", None, None),
     "pause_turn": ("continue", None, None),
     "refusal": ("error", "refusal", "Claude declined to continue with this request."),
-    "model_context_window_exceeded": (
-        "error",
-        "context_overflow",
-        "The conversation no longer fits in the model's context window.",
-    ),
+    # The reply filled the context window: what was written is kept, like a `max_tokens` cut
+    # (its tool calls are not run); the next request compacts if it would not fit.
+    "model_context_window_exceeded": ("length", None, None),
 }
 
 
@@ -166,7 +173,13 @@ def _retry_after(headers: Mapping[str, str] | None) -> float | None:
     return None
 
 
-_OVERFLOW_HINTS = ("prompt is too long", "context window", "context length", "too many tokens")
+_OVERFLOW_HINTS = (
+    "prompt is too long",
+    "context window",
+    "context length",
+    "too many tokens",
+    "exceed context limit",  # "input length and `max_tokens` exceed context limit: …"
+)
 _KEY_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]+")
 
 
@@ -218,7 +231,20 @@ def _classify_status(exc: anthropic.APIStatusError) -> _Failure:
         )
     elif error_type == "billing_error" or status == 402:
         failure = _Failure("other", "Anthropic refused the request for a billing reason.")
-    elif status == 413 or any(hint in detail.lower() for hint in _OVERFLOW_HINTS):
+    elif status == 413 or str(error_type) == "request_too_large":
+        # The 32 MB body cap (images, in practice), not the context window: compacting the
+        # text would not help, and saying "too long" would mislead.
+        failure = _Failure(
+            "invalid_request",
+            "The request was larger than Anthropic accepts (32 MB; usually images).",
+        )
+    elif BOUND_ELSEWHERE_HINT in detail.lower():
+        failure = _Failure(
+            "invalid_request",
+            "Anthropic refused the conversation's earlier reasoning (its thinking is bound to "
+            "a conversation that has since changed).",
+        )
+    elif any(hint in detail.lower() for hint in _OVERFLOW_HINTS):
         failure = _Failure(
             "context_overflow",
             "The conversation is too long for the model"
@@ -293,6 +319,7 @@ class AnthropicModel:
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout_s
         )
         self._converted = ConversionCache(conversion_cache_bytes)
+        self._block_digests = BlockDigests()
 
     @property
     def info(self) -> ModelInfo:
@@ -339,12 +366,15 @@ class AnthropicModel:
         partial = AssistantMessage(model=self._info.id, provider=PROVIDER)
         yield StreamStart(partial=partial)
         try:
-            params = self._build_params(request)
+            params, binding = self._build_params(request)
         except Exception as exc:  # a message we cannot translate is still data, not a crash
             log.exception("could not build an Anthropic request")
             self._fail(partial, _Failure("invalid_request", f"Could not build the request: {exc}"))
             yield StreamEnd(message=partial)
             return
+        # The reply is bound to the request as sent: recorded so a later request can tell
+        # whether this reply's thinking is still bound to an unchanged prefix.
+        partial.prefix_digest = binding.request_digest
         history: list[ApiMessage] = params["messages"]
         total = Usage()
         retries = 0
@@ -364,6 +394,19 @@ class AnthropicModel:
                     raise _IncompleteStream
             except Exception as exc:  # CancelledError and GeneratorExit are not Exceptions
                 failure = _classify(exc)
+                if (
+                    not reached_consumer
+                    and "extra_headers" not in params
+                    and self._spec.preserved_thinking
+                    and isinstance(exc, anthropic.APIStatusError)
+                    and BOUND_ELSEWHERE_HINT in (exc.api_message or "").lower()
+                ):
+                    # The digests said the prefix was unchanged, the API says otherwise (a
+                    # change they cannot see): the same history would fail forever, so ask
+                    # for the invalid blocks to be dropped instead, at once.
+                    log.warning("Anthropic refused replayed thinking; retrying with drop_block")
+                    _guard(params)
+                    continue
                 wait = None
                 if failure.retryable and not reached_consumer:
                     wait = self._retry.delay(retries, failure.retry_after)
@@ -444,42 +487,65 @@ class AnthropicModel:
 
     # -- the request ---------------------------------------------------------------------------
 
-    def _build_params(self, request: ModelRequest) -> dict[str, Any]:
+    def _build_params(self, request: ModelRequest) -> tuple[dict[str, Any], BindingCheck]:
+        """The request's parameters, and what the binding check found: when some replayed
+        thinking is bound to a prefix that changed (or is unknown), the request asks the API
+        to drop the invalid blocks instead of refusing it (core.models.thinking_binding)."""
+        messages, recorded = self._api_messages(request.messages)
         params: dict[str, Any] = {
             "model": self._info.id,
             "max_tokens": request.max_tokens or self._max_tokens,
-            "messages": self._api_messages(request.messages),
+            "messages": messages,
         }
         if request.system_prompt:
-            # One text block, byte-identical every turn: the first cache breakpoint.
+            # One text block, byte-identical every turn: the first cache breakpoint. What
+            # changes between runs (memory, channel instructions) is appended to the
+            # conversation instead, so no replayed thinking ever loses its prefix.
             params["system"] = [
                 {"type": "text", "text": request.system_prompt, "cache_control": _EPHEMERAL}
             ]
-        if request.system_tail:
-            # Its own block and breakpoint after the stable one: a change to it (a channel's
-            # memory) re-writes the cache from here once; the stable prefix still hits.
-            params.setdefault("system", []).append(
-                {"type": "text", "text": request.system_tail, "cache_control": _EPHEMERAL}
-            )
         if request.tools:
             params["tools"] = [_api_tool(tool) for tool in request.tools]
+        thinking: dict[str, Any] | None = None
         if self._thinking == "adaptive" and self._spec.adaptive_thinking:
-            params["thinking"] = {"type": "adaptive"}
-        return params
+            thinking = {"type": "adaptive"}
+            if self._spec.display_omitted:
+                # Off by default on these models, and the text they write between tool
+                # calls comes inside thinking: without it people see nothing meanwhile.
+                thinking["display"] = "summarized"
+        if thinking is not None:
+            params["thinking"] = thinking
+        frame = frame_digest(params.get("system"), params.get("tools"))
+        binding = check_binding(frame, messages, recorded, self._block_digests)
+        if self._spec.preserved_thinking and binding.needs_drop_block:
+            log.info(
+                "replayed thinking on %s: %s; asking the API to drop invalid blocks",
+                self._info.id,
+                binding.describe(),
+            )
+            _guard(params)
+        return params, binding
 
-    def _api_messages(self, messages: list[Message]) -> list[ApiMessage]:
+    def _api_messages(
+        self, messages: list[Message]
+    ) -> tuple[list[ApiMessage], dict[int, str | None]]:
         """The conversation in API form: same-role neighbours merged (tool results first in a
         user turn), empty messages left out, and the second cache breakpoint on the last block
-        of the last user turn."""
+        of the last user turn. Also, for each API message that a reply starts, the digest
+        that reply recorded of its own request (`AssistantMessage.prefix_digest`)."""
         merged: list[ApiMessage] = []
+        recorded: dict[int, str | None] = {}
         for message in messages:
             role, blocks = self._convert(message)
             if not blocks:
                 continue
             if merged and merged[-1]["role"] == role:
                 merged[-1]["content"].extend(blocks)
+                recorded.pop(len(merged) - 1, None)  # two replies in one: their prefix unknown
             else:
                 merged.append({"role": role, "content": list(blocks)})
+                if isinstance(message, AssistantMessage):
+                    recorded[len(merged) - 1] = message.prefix_digest
         for api_message in merged:
             if api_message["role"] == "user":
                 content = api_message["content"]
@@ -493,7 +559,7 @@ class AnthropicModel:
                 content = api_message["content"]
                 content[-1] = {**content[-1], "cache_control": _EPHEMERAL}
                 break
-        return merged
+        return merged, recorded
 
     def _convert(self, message: Message) -> tuple[str, list[ApiBlock]]:
         cached = self._converted.get(message)
@@ -515,7 +581,7 @@ class AnthropicModel:
         blocks: list[ApiBlock] = []
         for part in message.content:
             if isinstance(part, Text):
-                if part.text:
+                if part.text.strip():  # the API refuses whitespace-only text blocks
                     blocks.append({"type": "text", "text": part.text})
             elif isinstance(part, Thinking):
                 if part.signature and same_model:
@@ -601,17 +667,27 @@ def _payload_size(blocks: list[ApiBlock]) -> int:
     return size
 
 
+def _guard(params: dict[str, Any]) -> None:
+    """Ask the API to drop replayed thinking that fails the prefix check instead of refusing
+    the request (the beta header and `block_binding`; `thinking` is added if it was not sent:
+    these models think adaptively by default, so that changes nothing else)."""
+    thinking = dict(params.get("thinking") or {"type": "adaptive"})
+    thinking["block_binding"] = dict(DROP_BLOCK)
+    params["thinking"] = thinking
+    params["extra_headers"] = {"anthropic-beta": BINDING_BETA}
+
+
 def _api_tool(tool: ToolSpec) -> ApiBlock:
     return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
 
 
 def _content_blocks(content: str | list[Text | Image]) -> list[ApiBlock]:
     if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
+        return [{"type": "text", "text": content}] if content.strip() else []
     blocks: list[ApiBlock] = []
     for part in content:
         if isinstance(part, Text):
-            if part.text:  # the API rejects empty text blocks
+            if part.text.strip():  # the API refuses empty and whitespace-only text blocks
                 blocks.append({"type": "text", "text": part.text})
         else:
             blocks.append(
@@ -719,6 +795,7 @@ def _apply(
     elif isinstance(event, RawContentBlockStopEvent):
         _finish_block(partial, state, event.index)
     elif isinstance(event, RawMessageStartEvent):
+        _note_transformations(getattr(event.message, "input_transformations", None))
         started = event.message.usage
         state.usage = Usage(
             input=started.input_tokens,
@@ -742,6 +819,21 @@ def _apply(
             state.refusal_explanation = event.delta.stop_details.explanation
     elif isinstance(event, RawMessageStopEvent):
         state.stopped = True
+
+
+def _note_transformations(transformations: Any) -> None:
+    """Log the replayed thinking the API dropped (`drop_block`): the reply goes on without
+    that reasoning, which costs tokens and may cost quality, so operators should see it."""
+    if not transformations:
+        return
+    dropped = [t for t in transformations if _field(t, "type") == "thinking_dropped"]
+    if dropped:
+        reasons = sorted({str(_field(t, "reason")) for t in dropped})
+        log.info("Anthropic dropped %d replayed thinking block(s): %s", len(dropped), reasons)
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
 
 def _finish_block(partial: AssistantMessage, state: _ResponseState, api_index: int) -> None:

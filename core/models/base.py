@@ -41,10 +41,6 @@ class ModelRequest:
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
     max_tokens: int | None = None
-    # Said after the stable `system_prompt`, in its own block with its own cache breakpoint
-    # (e.g. a channel's memory): it may change between runs without invalidating the cached
-    # prefix before it.
-    system_tail: str = ""
 
 
 class Prices(BaseModel):

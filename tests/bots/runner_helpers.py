@@ -11,9 +11,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from bots.incoming import Incoming
+from bots.prompt import is_context_note
 from bots.runner import ConversationRunner
 from bots.settings import Settings
 from core.messages import Author, Message
+from core.models.base import ModelRequest
 from core.models.scripted import ScriptedModel
 from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
@@ -98,3 +100,10 @@ async def history(store: SqliteStore, key: str = KEY) -> list[Message]:
 
 def roles(messages: Sequence[Message]) -> list[str]:
     return [m.role for m in messages]
+
+
+def channel_context(request: ModelRequest) -> str:
+    """The text of the last channel context note the model was given in `request` ("" if
+    none): where a channel's instructions and memory reach the model (bots.prompt)."""
+    notes = [m for m in request.messages if is_context_note(m)]
+    return notes[-1].text() if notes else ""

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bots.prompt import is_context_note
 from bots.runner import ConversationRunner
 from bots.settings import ChannelConfig, ChannelSettings, Settings
 from core.models.scripted import Reply, ScriptedModel
 from core.tools import AnyTool
 from storage.sqlite import SqliteStore
-from tests.bots.runner_helpers import CHANNEL, KEY, SleepTool, incoming
+from tests.bots.runner_helpers import CHANNEL, KEY, SleepTool, channel_context, incoming
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
 from tools.files import LsTool, ReadTool
 
@@ -57,9 +58,12 @@ async def test_without_stored_configuration_the_file_decides(
     await ask(runner, "again")
 
     (request, again) = models.made["file-model"].requests
-    assert "From the file." in request.system_prompt
+    assert "From the file." in channel_context(request)
+    assert "From the file." not in request.system_prompt  # appended, never edited in
     assert [tool.name for tool in request.tools] == ["read", "ls"]
     assert again.system_prompt == request.system_prompt  # byte-stable between runs
+    # Unchanged: the note given once is not repeated; the second request replays the first.
+    assert sum(is_context_note(m) for m in again.messages) == 1
     await runner.close()
 
 
@@ -78,9 +82,13 @@ async def test_stored_configuration_applies_to_the_next_run_and_survives_a_resta
 
     (before,) = models.made["file-model"].requests
     (after,) = models.made["stored"].requests
-    assert "From the file." in before.system_prompt
-    assert "Stored: be brief." in after.system_prompt
-    assert "From the file." not in after.system_prompt  # the stored prompt replaces it
+    assert "From the file." in channel_context(before)
+    assert "Stored: be brief." in channel_context(after)
+    assert "From the file." not in channel_context(after)  # the stored prompt replaces it
+    assert after.system_prompt == before.system_prompt  # what was sent is never edited
+    # The change is appended to the conversation: the earlier note is still there, as sent.
+    notes = [m for m in after.messages if is_context_note(m)]
+    assert len(notes) == 2 and "From the file." in notes[0].text()
     assert [tool.name for tool in after.tools] == ["ls"]
 
     async with SqliteStore.open(tmp_path / "teammate.db") as store:
@@ -89,6 +97,8 @@ async def test_stored_configuration_applies_to_the_next_run_and_survives_a_resta
         await runner.close()
     first, restarted = models.made["stored"].requests
     assert restarted.system_prompt == first.system_prompt
+    assert channel_context(restarted) == channel_context(first)
+    assert sum(is_context_note(m) for m in restarted.messages) == 2  # nothing new to say
     assert [tool.name for tool in restarted.tools] == ["ls"]
 
 
@@ -112,7 +122,7 @@ async def test_fields_not_stored_keep_the_files_values(store: SqliteStore, tmp_p
     await ask(runner, "hi")
 
     (request,) = models.made["stored"].requests
-    assert "From the file." in request.system_prompt
+    assert "From the file." in channel_context(request)
     assert [tool.name for tool in request.tools] == ["read", "ls"]
     await runner.close()
 
@@ -126,7 +136,7 @@ async def test_an_unreadable_stored_configuration_is_ignored_not_fatal(
     await ask(runner, "hi")
 
     (request,) = models.made["file-model"].requests
-    assert "From the file." in request.system_prompt
+    assert "From the file." in channel_context(request)
     await runner.close()
 
 

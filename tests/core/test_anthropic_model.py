@@ -147,7 +147,7 @@ async def test_streams_text_in_deltas_and_ends_with_the_message(
     assert received.headers["authorization"] == f"Bearer {API_KEY}"
     assert received.body["model"] == DEFAULT_MODEL
     assert received.body["stream"] is True
-    assert received.body["thinking"] == {"type": "adaptive"}
+    assert received.body["thinking"] == {"type": "adaptive", "display": "summarized"}
     assert "temperature" not in received.body
 
 
@@ -429,14 +429,18 @@ async def test_refusal_ends_with_a_refusal_error(
     assert reply.error_message is not None and "declined" in reply.error_message
 
 
-async def test_context_window_exceeded_stop_is_a_context_overflow(
+async def test_a_reply_that_filled_the_context_window_is_kept_as_a_cut_off_reply(
     fake: FakeAnthropic, model: AnthropicModel
 ) -> None:
-    fake.add(text_reply("partial", stop_reason="model_context_window_exceeded"))
+    # Not an error: what was written is the answer so far (like a max_tokens cut), and it is
+    # kept and shown rather than discarded for a compaction and a second, costlier call.
+    fake.add(text_reply("partial answer", stop_reason="model_context_window_exceeded"))
 
     _, reply = await collect(model, ask(UserMessage(content="hi")))
 
-    assert reply.stop_reason == "error" and reply.error_kind == "context_overflow"
+    assert reply.stop_reason == "length" and reply.error_kind is None
+    assert reply.text() == "partial answer"
+    assert len(fake.requests) == 1
 
 
 async def test_complete_returns_the_streamed_message_from_one_request(

@@ -531,15 +531,6 @@ async def test_a_label_of_up_to_120_characters_is_shown_whole(size: int, shown: 
     assert start.label == text if size <= 120 else start.label == "y" * 119 + "…"
 
 
-async def test_a_context_without_a_tail_sends_the_model_an_empty_text_tail() -> None:
-    # `ModelRequest.system_tail` is a `str`: a model may join it to the prompt without a check.
-    model = ScriptedModel([Reply(text="hi")])
-    await collect(run_agent(AgentContext("You are a test.", [UserMessage(content="go")]), model))
-    [request] = model.requests
-    assert request.system_tail == ""
-    assert request.system_prompt + request.system_tail == "You are a test."
-
-
 async def test_a_reply_the_model_itself_ended_aborted_ends_the_run_aborted_not_failed() -> None:
     # e.g. a model that noticed the stop first: the run reads as stopped, and its calls never run.
     tool = EchoTool()

@@ -7,14 +7,30 @@ It answers `POST /v1/messages` the way the API does on the wire: `text/event-str
 `event: <type>` line before every `data:` line, `ping`s, cumulative usage in `message_delta`,
 errors as JSON with `retry-after` headers, or as `event: error` in the middle of an HTTP 200
 stream. It accepts `Authorization: Bearer` and `x-api-key`, and rejects requests the real API
-rejects (a `tool_use` without its `tool_result`, empty content, more than four cache
-breakpoints, unsigned thinking), so a test cannot pass on a request the API would refuse.
+rejects (a `tool_use` without its `tool_result`, empty or whitespace-only text, more than four
+cache breakpoints, unsigned thinking, an unknown model id), so a test cannot pass on a request
+the API would refuse.
+
+Preserved thinking, as the API enforces it on the models that have it: every thinking block the
+fake streams is bound to its prefix (the request's system, tools and messages, and the blocks of
+the reply before it, `cache_control` left out). When a later request replays that block after
+its prefix changed, it is invalid (so is every block produced before the change and replayed
+after it: each one's prefix holds the change; a removal also takes the rest of that turn's
+consecutive thinking blocks, as the API documents), while a block produced after the change
+stays valid. An invalid block gets the API's 400 ("The block is bound to a different
+conversation"), unless the request asks for `thinking.block_binding.prefix_mismatch_behavior =
+"drop_block"` with the beta header `thinking-binding-controls-2026-08-01`, in which case the
+invalid blocks are dropped, counted (`dropped_thinking`) and listed in `message_start`'s
+`input_transformations`. Blocks the fake never produced (a history built by hand in a test) are
+not checked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 import socket
 import time
 from collections.abc import Iterable
@@ -24,6 +40,35 @@ from typing import Any
 from aiohttp import web
 
 MODEL = "claude-sonnet-5-5"
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+# Models whose replayed thinking is checked against its prefix (the preserved-thinking pages).
+PRESERVED_THINKING_MODELS = frozenset(
+    {
+        "claude-sonnet-5-5",
+        "claude-opus-5-5",
+        "claude-haiku-5-5",
+        "claude-fable-5-1",
+        "claude-mythos-5-1",
+        "claude-fable-5-2",
+        "claude-mythos-5-2",
+    }
+)
+# Ids the API serves (the models overview, 2026-12); anything else is a 404, as there.
+KNOWN_MODELS = frozenset(
+    {
+        *PRESERVED_THINKING_MODELS,
+        "claude-sonnet-5",
+        "claude-opus-5",
+        "claude-sonnet-4-6",
+        "claude-sonnet-4-5",
+        "claude-opus-4-8",
+        "claude-opus-4-7",
+        "claude-opus-4-6",
+        "claude-opus-4-5",
+        "claude-haiku-4-5",
+    }
+)
+_SNAPSHOT = re.compile(r"-\d{8}$")
 
 
 @dataclass(slots=True)
@@ -74,6 +119,12 @@ class FakeAnthropic:
         # GET /v1/models/{id}: every id is an active model unless listed here.
         self.missing_models: set[str] = set()
         self.retired_models: set[str] = set()
+        # POST /v1/messages refuses other model ids with a 404; tests of other ids add them.
+        self.known_models: set[str] = set(KNOWN_MODELS)
+        # Preserved thinking: (signature or data) -> the digests of the prefixes it was
+        # produced after. A set, because a test may script the same block twice.
+        self.bindings: dict[str, set[str]] = {}
+        self.dropped_thinking = 0  # blocks dropped under drop_block, over all requests
 
     def add(self, *replies: Reply) -> None:
         self._replies.extend(replies)
@@ -122,6 +173,19 @@ class FakeAnthropic:
         problem = validate_request(body)
         if problem is not None:
             return _json(error_reply(400, "invalid_request_error", problem))
+        model = str(body.get("model", ""))
+        if _SNAPSHOT.sub("", model) not in self.known_models and model not in self.known_models:
+            return _json(error_reply(404, "not_found_error", f"model: {model}"))
+        transformations: list[dict[str, Any]] | None = None
+        if model in PRESERVED_THINKING_MODELS or _SNAPSHOT.sub("", model) in (
+            PRESERVED_THINKING_MODELS
+        ):
+            problem, dropped = self._prefix_check(body, request.headers)
+            if problem is not None:
+                return _json(error_reply(400, "invalid_request_error", problem))
+            if _has_beta(request.headers, BINDING_BETA):
+                transformations = dropped
+            self.dropped_thinking += len(dropped)
         if not self._replies:
             return _json(
                 error_reply(
@@ -134,7 +198,70 @@ class FakeAnthropic:
         reply = self._replies.pop(0)
         if isinstance(reply, JSONReply):
             return _json(reply)
-        return await self._stream(request, reply)
+        return await self._stream(request, reply, body, transformations)
+
+    # -- preserved thinking --------------------------------------------------------------------
+
+    def _prefix_check(
+        self, body: dict[str, Any], headers: Any
+    ) -> tuple[str | None, list[dict[str, Any]]]:
+        """The API's check of replayed thinking: (the 400's message, or None; the blocks that
+        drop_block removes)."""
+        messages = body["messages"]
+        invalid: list[str] = []
+        for number, message in enumerate(messages):
+            content = message.get("content")
+            if message.get("role") != "assistant" or not isinstance(content, list):
+                continue
+            removing = False  # a removal takes the rest of the turn's consecutive thinking
+            for position, block in enumerate(content):
+                key = _binding_key(block)
+                if key is None:
+                    removing = False
+                    continue
+                bound = self.bindings.get(key)
+                if not removing and bound is None:
+                    continue  # not produced here (a history built by hand): not checked
+                if removing or _prefix_digest(body, messages[:number], content[:position]) not in (
+                    bound or set()
+                ):
+                    invalid.append(f"messages.{number}.content.{position}")
+                    removing = True
+        if not invalid:
+            return None, []
+        binding = (body.get("thinking") or {}).get("block_binding") or {}
+        if binding.get("prefix_mismatch_behavior") == "drop_block":
+            if not _has_beta(headers, BINDING_BETA):
+                return (
+                    "thinking.block_binding: this field requires the beta header "
+                    f"`anthropic-beta: {BINDING_BETA}`",
+                    [],
+                )
+            return None, [
+                {"type": "thinking_dropped", "path": path, "reason": "prefix_binding_mismatch"}
+                for path in invalid
+            ]
+        return (
+            f"{invalid[0]}: Invalid `signature` in `thinking` block. The block is bound to a "
+            "different conversation. Remove the block, or set "
+            '`thinking.block_binding.prefix_mismatch_behavior` to "drop_block".'
+        ), []
+
+    def _bind(
+        self, body: dict[str, Any], produced: list[dict[str, Any]], block: dict[str, Any]
+    ) -> None:
+        """Bind a thinking block the fake is streaming to its prefix: the request, and the
+        blocks of this reply before it (merged into the request's last message when that is
+        the assistant turn being continued)."""
+        key = _binding_key(block)
+        if key is None:
+            return
+        messages = list(body["messages"])
+        earlier = list(produced)
+        if messages and messages[-1].get("role") == "assistant":
+            last = messages.pop()
+            earlier = [*_blocks_of(last.get("content")), *earlier]
+        self.bindings.setdefault(key, set()).add(_prefix_digest(body, messages, earlier))
 
     async def _model(self, request: web.Request) -> web.StreamResponse:
         model_id = request.match_info["model_id"]
@@ -176,7 +303,13 @@ class FakeAnthropic:
                 raise ConnectionResetError("the client hung up on a silent stream")
             await asyncio.sleep(0.02)
 
-    async def _stream(self, request: web.Request, reply: SSEReply) -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        reply: SSEReply,
+        body: dict[str, Any],
+        transformations: list[dict[str, Any]] | None,
+    ) -> web.StreamResponse:
         if reply.hang_after == 0:
             await self._hang(request, reply.hang_s)
         response = web.StreamResponse(
@@ -188,7 +321,13 @@ class FakeAnthropic:
             },
         )
         await response.prepare(request)
+        produced: list[dict[str, Any]] = []  # this reply's finished blocks, as replayed
+        building: dict[int, dict[str, Any]] = {}
         for sent, (event_type, data) in enumerate(reply.events):
+            if event_type == "message_start" and transformations is not None:
+                data = {**data, "message": {**data["message"]}}
+                data["message"]["input_transformations"] = transformations
+            self._follow(body, event_type, data, building, produced)
             if reply.drop_after is not None and sent >= reply.drop_after:
                 assert request.transport is not None
                 request.transport.close()
@@ -208,6 +347,92 @@ class FakeAnthropic:
         await response.write_eof()
         self.stream_finished.set()
         return response
+
+    def _follow(
+        self,
+        body: dict[str, Any],
+        event_type: str,
+        data: dict[str, Any],
+        building: dict[int, dict[str, Any]],
+        produced: list[dict[str, Any]],
+    ) -> None:
+        """Rebuild the reply's blocks as the client will replay them, binding each thinking
+        block to its prefix as it ends."""
+        index = data.get("index")
+        if event_type == "content_block_start" and isinstance(index, int):
+            building[index] = {**data["content_block"], "_json": ""}
+        elif event_type == "content_block_delta" and index in building:
+            block, delta = building[index], data["delta"]
+            kind = delta.get("type")
+            if kind == "text_delta":
+                block["text"] = block.get("text", "") + delta["text"]
+            elif kind == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta["thinking"]
+            elif kind == "signature_delta":
+                block["signature"] = block.get("signature", "") + delta["signature"]
+            elif kind == "input_json_delta":
+                block["_json"] += delta["partial_json"]
+        elif event_type == "content_block_stop" and index in building:
+            block = building.pop(index)
+            partial_json = block.pop("_json")
+            if block.get("type") == "tool_use" and partial_json.strip():
+                try:
+                    block["input"] = json.loads(partial_json)
+                except ValueError:
+                    block["input"] = {}
+            if block.get("type") in ("thinking", "redacted_thinking"):
+                self._bind(body, produced, block)
+            produced.append(block)
+
+
+def _binding_key(block: Any) -> str | None:
+    if not isinstance(block, dict):
+        return None
+    if block.get("type") == "thinking" and block.get("signature"):
+        return f"t:{block['signature']}:{block.get('thinking', '')}"
+    if block.get("type") == "redacted_thinking" and block.get("data"):
+        return f"r:{block['data']}"
+    return None
+
+
+def _blocks_of(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content or [])
+
+
+def _bare(value: Any) -> Any:
+    """`value` without `cache_control` at any depth (a breakpoint is not content)."""
+    if isinstance(value, dict):
+        return {key: _bare(item) for key, item in value.items() if key != "cache_control"}
+    if isinstance(value, list):
+        return [_bare(item) for item in value]
+    return value
+
+
+def _prefix_digest(
+    body: dict[str, Any], messages: list[dict[str, Any]], earlier: list[dict[str, Any]]
+) -> str:
+    """What a thinking block is bound to: system, tools, the messages before its turn and the
+    blocks of its turn before it. Written independently of the adapter's own digest, so the
+    fake checks it rather than agreeing with it."""
+    system = body.get("system") or []
+    if isinstance(system, str):
+        system = [{"type": "text", "text": system}]
+    turns = [
+        {"role": message.get("role"), "content": _blocks_of(message.get("content"))}
+        for message in messages
+    ]
+    if earlier:
+        turns.append({"role": "assistant", "content": earlier})
+    prefix = {"system": system, "tools": body.get("tools") or [], "messages": turns}
+    encoded = json.dumps(_bare(prefix), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+def _has_beta(headers: Any, name: str) -> bool:
+    values = headers.getall("anthropic-beta", []) if hasattr(headers, "getall") else []
+    return any(name in (part.strip() for part in value.split(",")) for value in values)
 
 
 def _presented_key(request: web.Request) -> str | None:
@@ -234,6 +459,8 @@ def validate_request(body: dict[str, Any]) -> str | None:
     for block in body.get("system") or []:
         if isinstance(block, dict) and "cache_control" in block:
             breakpoints += 1
+        if isinstance(block, dict) and not str(block.get("text", "")).strip():
+            return "system: text content blocks must contain non-whitespace text"
     for block in body.get("tools") or []:
         if "cache_control" in block:
             breakpoints += 1
@@ -261,8 +488,15 @@ def validate_request(body: dict[str, Any]) -> str | None:
             if "cache_control" in block:
                 breakpoints += 1
             kind = block.get("type")
-            if kind == "text" and not block.get("text"):
-                return f"messages.{number}: text content blocks must be non-empty"
+            if kind == "text" and not str(block.get("text", "")).strip():
+                return f"messages.{number}: text content blocks must contain non-whitespace text"
+            if kind == "tool_result" and isinstance(block.get("content"), list):
+                for inner in block["content"]:
+                    if inner.get("type") == "text" and not str(inner.get("text", "")).strip():
+                        return (
+                            f"messages.{number}: text content blocks must contain "
+                            "non-whitespace text"
+                        )
             if kind == "thinking" and not block.get("signature"):
                 return f"messages.{number}: thinking blocks must have a signature"
             if kind == "tool_use":
