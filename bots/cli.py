@@ -24,12 +24,9 @@ from typing import Any, Literal, TextIO
 from urllib.parse import urlsplit
 
 from bots.app import (
-    ModelFactory,
-    Probeable,
     open_app,
     require_model_credentials,
     setup_logging,
-    uses_anthropic,
 )
 from bots.discord_platform import (
     DiscordCheckError,
@@ -41,6 +38,7 @@ from bots.discord_platform import (
 )
 from bots.errors import new_reference
 from bots.mcp_report import check_mcp, print_mcp_list
+from bots.model_report import check_models
 from bots.serve import (
     DEFAULT_HTTP_PORT,
     SHUTDOWN_GRACE_S,
@@ -62,7 +60,6 @@ from bots.terminal import (
     run_ask,
     run_chat,
 )
-from core.models.catalog import anthropic_model_spec
 from storage.base import DatabaseDamaged
 from storage.migrations import MIGRATIONS
 from storage.postgres import PostgresStore, is_postgres_url, redact_url
@@ -463,7 +460,9 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
     else:
         report("fail", "database", "not checked (the data dir is not writable)")
 
-    await _check_models(settings, report)
+    # Stored channel models are read where the database could be checked.
+    reachable = data_ok is None or settings.database_url is not None
+    await check_models(settings, report, read_store=reachable)
 
     sandbox = await asyncio.to_thread(probe_sandbox)
     bash = settings.tools.bash
@@ -545,53 +544,6 @@ def _writable(directory: Path) -> str | None:
     except OSError as exc:
         return exc.strerror or str(exc)
     return None
-
-
-async def _check_models(settings: Settings, report: Any) -> None:
-    """The default model and every model a channel names."""
-    model_ids = [settings.model]
-    for channel in settings.channels.values():
-        if channel.model and channel.model not in model_ids:
-            model_ids.append(channel.model)
-    for model_id in model_ids:
-        await _check_model(settings, model_id, report)
-
-
-async def _check_model(settings: Settings, model_id: str, report: Any) -> None:
-    if not uses_anthropic(model_id):
-        report("ok", "model", f"{model_id} (no API key needed)")
-        report("ok", "model reachable", "the scripted model runs locally")
-        return
-    key = settings.anthropic_api_key
-    if key is None or not key.get_secret_value():
-        report("fail", "model", f"{model_id}: ANTHROPIC_API_KEY is not set")
-        report("warn", "model reachable", "not checked (no API key)")
-        return
-    where = settings.anthropic_base_url or "api.anthropic.com"
-    if anthropic_model_spec(model_id).deprecated:
-        report("warn", "model", f"{model_id} is deprecated: choose a current model")
-    else:
-        report("ok", "model", f"{model_id} via {where}, ANTHROPIC_API_KEY set")
-    factory = ModelFactory(settings)
-    try:
-        model = factory(model_id)
-        if not isinstance(model, Probeable):
-            report(
-                "warn",
-                "model reachable",
-                "not checked: this build's model adapter has no reachability probe",
-            )
-            return
-        try:
-            problem = await asyncio.wait_for(model.probe(), PROBE_TIMEOUT_S)
-        except TimeoutError:
-            problem = f"no answer within {PROBE_TIMEOUT_S:.0f} s"
-        if problem is None:
-            report("ok", "model reachable", f"{model_id} answered")
-        else:
-            report("fail", "model reachable", problem)
-    finally:
-        await factory.aclose()
 
 
 async def _check_slack(settings: Settings, report: Any) -> None:

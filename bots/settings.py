@@ -36,7 +36,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as EnvSourceError
 
-from core.models.catalog import DEFAULT_MODEL
+from core.models.catalog import DEFAULT_MODEL, RetiredModelError, retired_model
 from tools.mcp_config import McpSettings
 from tools.toolset import ToolsConfig
 
@@ -60,13 +60,24 @@ def _known_zone(name: str) -> str:
 TimeZoneName = Annotated[str, AfterValidator(_known_zone)]
 
 
+def _not_retired(model_id: str) -> str:
+    # The API refuses a retired id on every request: better to refuse to start, naming it.
+    retired = retired_model(model_id)
+    if retired is not None:
+        raise ValueError(str(RetiredModelError(model_id, retired)))
+    return model_id
+
+
+ModelId = Annotated[str, AfterValidator(_not_retired)]
+
+
 class ChannelSettings(BaseModel):
     """Settings for one channel (by channel key, e.g. `slack:T1:C1`, `terminal`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     system_prompt: str = Field(default="", max_length=MAX_PROMPT_CHARS)  # added to the base
-    model: str | None = Field(default=None, max_length=MAX_MODEL_ID_CHARS)
+    model: ModelId | None = Field(default=None, max_length=MAX_MODEL_ID_CHARS)
     tools: ToolsConfig | None = None  # replaces the default toolset when given
     # Replies in a thread Teammate is part of continue it without a new mention (None: the
     # platform's default, e.g. `[slack] follow_ups`).
@@ -248,7 +259,7 @@ class Settings(BaseSettings):
     # Several instances: how long a conversation's lease outlives a dead instance (its runs
     # are taken over after this; the survivors look every half of it, at most every 15 s).
     instance_lease_s: float = Field(default=30.0, ge=1.0, le=600.0)
-    model: str = Field(default=DEFAULT_MODEL, max_length=MAX_MODEL_ID_CHARS)
+    model: ModelId = Field(default=DEFAULT_MODEL, max_length=MAX_MODEL_ID_CHARS)
     thinking: Literal["off", "adaptive"] = "adaptive"
     max_output_tokens: int | None = Field(default=None, gt=0)
     max_turns: int = Field(default=50, ge=1, le=500)

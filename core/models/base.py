@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.messages import AssistantMessage, Message, Usage
 
@@ -44,7 +44,14 @@ class ModelRequest:
 
 
 class Prices(BaseModel):
-    """USD per million tokens."""
+    """USD per million tokens for one request.
+
+    `long_context`: the rates of a request whose prompt (input + cache read + cache write)
+    is over `long_context_threshold` tokens; they then apply to every token of that request,
+    output included (e.g. Claude Haiku 5.5 above 100,000 prompt tokens). None: one rate at
+    every prompt size.
+    `estimated`: not published prices but a conservative stand-in (a model the catalog does
+    not know), so a cost is an upper estimate rather than a bill."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -52,6 +59,27 @@ class Prices(BaseModel):
     output: float = 0.0
     cache_read: float = 0.0
     cache_write: float = 0.0
+    long_context_threshold: int | None = Field(default=None, gt=0)
+    long_context: Prices | None = None
+    estimated: bool = False
+
+    @model_validator(mode="after")
+    def _tiers_come_in_pairs(self) -> Prices:
+        if (self.long_context is None) != (self.long_context_threshold is None):
+            raise ValueError("long_context and long_context_threshold go together")
+        if self.long_context is not None and self.long_context.long_context is not None:
+            raise ValueError("long_context rates cannot have a further tier")
+        return self
+
+    def for_prompt(self, prompt_tokens: int) -> Prices:
+        """The rates for a request whose prompt is `prompt_tokens` long."""
+        if (
+            self.long_context is not None
+            and self.long_context_threshold is not None
+            and prompt_tokens > self.long_context_threshold
+        ):
+            return self.long_context
+        return self
 
 
 class ModelInfo(BaseModel):
@@ -67,12 +95,17 @@ class ModelInfo(BaseModel):
 
 
 def cost_of(usage: Usage, prices: Prices) -> float:
-    """USD cost of `usage` at `prices`."""
+    """USD cost of one request's `usage` at `prices`, at the long-context rates when its prompt
+    (input + cache read + cache write, as the pricing page counts it) is over the threshold.
+
+    `usage` must be one request's: the sum of several requests may cross a threshold none of
+    them crossed, and is then priced high (never low)."""
+    rates = prices.for_prompt(usage.input + usage.cache_read + usage.cache_write)
     return (
-        usage.input * prices.input
-        + usage.output * prices.output
-        + usage.cache_read * prices.cache_read
-        + usage.cache_write * prices.cache_write
+        usage.input * rates.input
+        + usage.output * rates.output
+        + usage.cache_read * rates.cache_read
+        + usage.cache_write * rates.cache_write
     ) / 1_000_000
 
 

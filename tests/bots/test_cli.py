@@ -241,13 +241,13 @@ async def test_doctor_checks_every_channels_model_and_flags_deprecated_ones(
     tmp_path: Path, data_dir: Path, fake: FakeAnthropic
 ) -> None:
     config = tmp_path / "teammate.toml"
-    config.write_text('[channels."slack:T1:C1"]\nmodel = "claude-sonnet-4-5"\n')
+    config.write_text('[channels."slack:T1:C1"]\nmodel = "claude-opus-4-5"\n')
     env = cli_env(tmp_path, data_dir, fake, TEAMMATE_CONFIG=str(config))
     done = await teammate("doctor", env=env, cwd=tmp_path)
     assert "ok    model: claude-sonnet-5-5 via" in done.out
-    assert "warn  model: claude-sonnet-4-5 is deprecated" in done.out
+    assert "warn  model: claude-opus-4-5 (set in" in done.out and "is deprecated" in done.out
     probed = [r.path for r in fake.requests]
-    assert probed == ["/v1/models/claude-sonnet-5-5", "/v1/models/claude-sonnet-4-5"]
+    assert probed == ["/v1/models/claude-sonnet-5-5", "/v1/models/claude-opus-4-5"]
 
 
 async def test_doctor_probes_the_model_without_generating(

@@ -810,7 +810,6 @@ def test_catalog_default_model_is_a_current_sonnet_with_prices() -> None:
     assert DEFAULT_MODEL.startswith("claude-sonnet-") and DEFAULT_MODEL != "claude-sonnet-4-5"
     assert info.prices.input > 0 and info.prices.cache_read < info.prices.input
     assert anthropic_model_info("claude-haiku-4-5-20251001").prices.input == 1.0
-    assert anthropic_model_info("claude-opus-4-1").prices.output == 75.0
 
 
 async def test_create_model_builds_scripted_and_anthropic_models(fake: FakeAnthropic) -> None:

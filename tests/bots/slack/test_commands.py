@@ -240,6 +240,8 @@ async def test_config_set_by_an_admin_survives_a_restart_and_shapes_answers(
         assert "Not allowed here: bash" in refused["text"]
         unknown = await app.command("config model gpt-9")
         assert "I don't know the model `gpt-9`" in unknown["text"]
+        retired = await app.command("config model claude-opus-4-1")
+        assert "retired on 2026-08-05" in retired["text"] and "claude-opus-5-5" in retired["text"]
 
     async with running(fake_slack, tmp_path, tools=tools, models=models, **settings) as app:
         shown = await app.command("config")
