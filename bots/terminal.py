@@ -1,9 +1,9 @@
 """Teammate in a terminal: `teammate chat` and `teammate ask` on the shared runner.
 
-Owns: `TerminalSurface` (the answer on stdout, tool activity, notices and errors as compact
-lines on stderr), `TerminalSurfaces` (reporting interrupted terminal runs after a restart),
-reading stdin lines without blocking the event loop, and the chat and ask loops with their
-slash commands and Ctrl-C handling.
+Owns: `TerminalSurface` (the answer on stdout; tool activity, a reply's thinking narration,
+notices and errors as compact lines on stderr), `TerminalSurfaces` (reporting interrupted
+terminal runs after a restart), reading stdin lines without blocking the event loop, and the
+chat and ask loops with their slash commands and Ctrl-C handling.
 
 Must not: touch storage or models directly (the runner does), or print a secret.
 """
@@ -25,6 +25,7 @@ from typing import Any, TextIO, assert_never
 
 from bots.app import App
 from bots.incoming import Incoming
+from bots.narration import thinking_narration
 from bots.runner import ConversationRunner
 from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
 from core.events import (
@@ -61,6 +62,8 @@ Start a message with // to send a line that begins with /."""
 
 _SUMMARY_LIMIT = 100
 _ERROR_LIMIT = 160
+_DIM_ITALIC = "\x1b[2;3m"
+_RESET = "\x1b[0m"
 
 
 def conversation_key(name: str) -> str:
@@ -99,8 +102,11 @@ class TerminalSurface:
 
     `stream=True` (chat) writes the answer to `out` as it arrives; `stream=False` (ask) writes
     only each run's final answer when the run finishes. Tool activity, notices and errors go
-    to `err`, one compact line each. `finished` is the last run's outcome (None if a run failed
-    before reporting one); `closed` is set when the runner is done with this surface.
+    to `err`, one compact line each; so does (when streaming) the narration of a reply that
+    calls tools with thinking instead of text (the 5.5 models), dim and italic where `err` is
+    a terminal (`styled`; by default: `err` is a tty and `NO_COLOR` is unset). `finished` is
+    the last run's outcome (None if a run failed before reporting one); `closed` is set when
+    the runner is done with this surface.
     """
 
     def __init__(
@@ -112,6 +118,7 @@ class TerminalSurface:
         stream: bool = True,
         label: str = "",
         on_close: Callable[[], None] | None = None,
+        styled: bool | None = None,
     ) -> None:
         self._key = conversation_key
         self._out = out
@@ -119,6 +126,7 @@ class TerminalSurface:
         self._stream = stream
         self._label = f"[{label}] " if label else ""
         self._on_close = on_close
+        self._styled = _is_terminal(err) if styled is None else styled
         self._out_open = False  # the answer's current line on `out` is unterminated
         self._notices: list[str] = []
         self.finished: RunFinished | None = None
@@ -136,8 +144,13 @@ class TerminalSurface:
                     self._write_out(text)
             case MessageUpdate(delta=ThinkingDelta() | ToolCallDelta()):
                 pass
-            case MessageEnd(message=AssistantMessage()):
+            case MessageEnd(message=AssistantMessage() as message):
                 self._end_out_line()
+                # A reply's own text has streamed to `out`; its thinking narrates on `err`.
+                # `ask` shows neither: its output is the answer alone, whatever the model.
+                narration = thinking_narration(message) if self._stream else ""
+                if narration:
+                    self._narrate(narration)
             case ToolExecutionStart(tool_name=name, label=label):
                 self._line(f"⚙ {_one_line(label or name, _SUMMARY_LIMIT)}")
             case FileOut(path=path, name=name):
@@ -208,6 +221,10 @@ class TerminalSurface:
         self._err.write(f"{self._label}{text}\n")
         self._err.flush()
 
+    def _narrate(self, text: str) -> None:
+        line = " ".join(text.split())  # one line among the tool lines, however it was written
+        self._line(f"{_DIM_ITALIC}{line}{_RESET}" if self._styled else line)
+
     def _flush(self) -> None:
         for stream in (self._out, self._err):
             with contextlib.suppress(OSError, ValueError):
@@ -215,6 +232,15 @@ class TerminalSurface:
 
 
 _NOTICE_MARK = {"info": "·", "warning": "!", "error": "✗"}
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):  # closed, or not a real file
+        return False
 
 
 def _tool_end_line(event: ToolExecutionEnd) -> str:

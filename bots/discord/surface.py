@@ -6,7 +6,8 @@ restart). A run shows as:
   custom id carries the run), or the interaction's own response for `/ask`;
 - the answer streamed into the head and the messages after it, edited at most about once a
   second (`bots.throttle`), split at Discord's 2,000 characters on paragraph or code-fence
-  boundaries with fences balanced (`bots.markdown_split`);
+  boundaries with fences balanced (`bots.markdown_split`); a reply that calls tools with no
+  text (the 5.5 models) shows its thinking there instead, once it ends (`bots.narration`);
 - one compact embed per tool call (label, green or red, duration, arguments and output cut
   short); output too long for an embed is attached as a file, which the client folds;
 - at the end the Stop button goes, 👍/👎 buttons join the last message of the answer, and an
@@ -44,6 +45,7 @@ import discord
 
 from bots.discord.buttons import feedback_view, stop_view
 from bots.markdown_split import split_markdown
+from bots.narration import visible_text
 from bots.runner import DELIVERED_TEXT, QUEUED_TEXT
 from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
 from bots.throttle import Throttle
@@ -300,8 +302,9 @@ class DiscordSurface:
                     self._blocks[-1].text += text
                     self._throttle.request()
             case MessageEnd(message=AssistantMessage() as message):
-                # The whole reply: deltas a slow surface's feed dropped (bounded) are in it.
-                text = message.text()
+                # The whole reply: deltas a slow surface's feed dropped (bounded) are in it;
+                # a reply calling tools with no text narrates with its thinking.
+                text = visible_text(message)
                 if text and self._blocks:
                     self._blocks[-1].text = text
                 self._throttle.request()

@@ -10,7 +10,9 @@ How an answer looks:
   of it is visible after `working_delay_s` (about a second), so that a quick answer costs two
   or three calls (its message writes and ✅) instead of five.
 - The assistant status line ("thinking…", "running grep…") where the workspace has it, from
-  `working_delay_s` on; thinking is shown as status, never as text.
+  `working_delay_s` on; thinking streams as status, never as text. A reply that calls tools
+  narrates with its text, or else (the 5.5 models) with its thinking (`bots.narration`),
+  shown where its text would have been once the reply ends, before its tool calls run.
 - Text streams natively (chat.startStream / appendStream / stopStream) where Slack allows it,
   else into one in-progress message updated at most about once a second (`bots.throttle`).
 - The in-progress message carries a Stop button (the run id in its value) and one legacy
@@ -42,6 +44,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bots.narration import visible_text
 from bots.slack import blocks
 from bots.surface import FileOut, Notice, RunFinished, RunStarted, SurfaceEvent
 from bots.throttle import Throttle
@@ -248,7 +251,7 @@ class SlackSurface:
                 pass
             case MessageEnd(message=AssistantMessage() as message):
                 self._current = None
-                text = message.text()
+                text = visible_text(message)
                 if text.strip():
                     self._texts.append(text)
                     self._throttle.request()

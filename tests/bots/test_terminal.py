@@ -20,7 +20,15 @@ from bots.terminal import (
     run_chat,
 )
 from core.events import MessageEnd, MessageUpdate, ToolExecutionEnd, ToolExecutionStart
-from core.messages import AssistantMessage, Author, Text, ToolResultMessage, Usage
+from core.messages import (
+    AssistantMessage,
+    Author,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+)
 from core.models.base import TextDelta, ThinkingDelta
 from storage.base import RunOutcome
 
@@ -85,6 +93,62 @@ async def test_thinking_is_not_printed() -> None:
         MessageUpdate(message=partial, delta=ThinkingDelta(partial=partial, index=0, delta="hm"))
     )
     assert out.getvalue() == err.getvalue() == ""
+
+
+def thinking_end(thinking: str, *, calls_tools: bool = True, text: str = "") -> MessageEnd:
+    """A completed reply of a 5.5 model: summarized thinking, maybe text, maybe a tool call."""
+    content: list[Thinking | Text | ToolCall] = [Thinking(thinking=thinking, signature="sig")]
+    if text:
+        content.append(Text(text=text))
+    if calls_tools:
+        content.append(ToolCall(id="call-1", name="read", arguments={"path": "deploy.log"}))
+    return MessageEnd(
+        message=AssistantMessage(
+            model="m",
+            provider="p",
+            content=content,
+            stop_reason="tool_use" if calls_tools else "stop",
+        )
+    )
+
+
+async def test_thinking_narration_is_a_line_on_stderr_before_the_tools() -> None:
+    surface, out, err = make_surface()
+    await surface.emit(RunStarted(KEY, 1, ADA))
+    await surface.emit(thinking_end("Checking the deploy log.\nIt should say why."))
+    await surface.emit(
+        ToolExecutionStart("call-1", "read", {"path": "deploy.log"}, "Read deploy.log")
+    )
+    await surface.emit(tool_end("read", "disk full"))
+    await surface.emit(thinking_end("The disk was full: say so.", calls_tools=False))
+    await surface.emit(text_delta("The disk was full."))
+    await surface.emit(assistant_end("The disk was full."))
+    await surface.emit(finished("done", "The disk was full."))
+    await surface.close()
+
+    assert err.getvalue() == (
+        "Checking the deploy log. It should say why.\n⚙ Read deploy.log\n  ✓ read 0.1s\n"
+    )
+    assert out.getvalue() == "The disk was full.\n"  # the answer's own thinking: never
+
+
+async def test_thinking_narration_is_dim_and_italic_on_a_terminal() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    surface = TerminalSurface(KEY, out=out, err=err, styled=True)
+    await surface.emit(thinking_end("Checking the deploy log."))
+    assert err.getvalue() == "\x1b[2;3mChecking the deploy log.\x1b[0m\n"
+    assert out.getvalue() == ""
+
+
+async def test_a_reply_with_text_is_not_narrated_again_and_ask_shows_no_narration() -> None:
+    surface, out, err = make_surface()
+    await surface.emit(text_delta("Let me look."))
+    await surface.emit(thinking_end("Musing.", text="Let me look."))
+    assert (out.getvalue(), err.getvalue()) == ("Let me look.\n", "")
+
+    quiet, out, err = make_surface(stream=False)
+    await quiet.emit(thinking_end("Checking the deploy log."))
+    assert (out.getvalue(), err.getvalue()) == ("", "")
 
 
 async def test_a_failed_tool_shows_the_first_line_of_its_error() -> None:

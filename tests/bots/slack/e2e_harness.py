@@ -1,6 +1,7 @@
 """Teammate's Slack app, end to end: the real bolt app and slack_sdk, the real runner on a real
-SQLite store, ScriptedModel, against FakeSlack. Events go in as Slack sends them (signed HTTP
-requests, or Socket Mode envelopes); tests assert on what the fake received."""
+SQLite store, a model (ScriptedModel, or AnthropicModel on FakeAnthropic), against FakeSlack.
+Events go in as Slack sends them (signed HTTP requests, or Socket Mode envelopes); tests assert
+on what the fake received."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pydantic import BaseModel
 from bots.runner import ConversationRunner
 from bots.settings import Settings
 from bots.slack.app import SLACK_RULES, SlackBot
-from core.models.scripted import ScriptedModel
+from core.models.base import Model
 from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
 from tests.fakes.slack_server import FakeSlack, interactive_body, signed_request
@@ -62,7 +63,7 @@ class Harness:
     bot: SlackBot
     runner: ConversationRunner
     store: SqliteStore
-    model: ScriptedModel
+    model: Model
     mode: Mode
     port: int | None
     workspaces: Path
@@ -166,7 +167,7 @@ def settings_for(fake: FakeSlack, data_dir: Path, **overrides: Any) -> Settings:
 async def running(
     fake: FakeSlack,
     data_dir: Path,
-    model: ScriptedModel,
+    model: Model,
     *,
     mode: Mode = "http",
     tools: Sequence[AnyTool] = (),
