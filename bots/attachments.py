@@ -1,10 +1,13 @@
 """Files that come with a message: images go to the model, other files into the workspace.
 
-Owns: building the attributed `UserMessage` for an `Incoming` (header, text, inline images),
-saving other attachments under the channel workspace's `attachments/` with safe, unique names,
-and files out: the files a tool result offers to attach (`details["files_out"]`, a list of
-`{"path", "name", "mime_type"}` with `path` relative to the workspace), read at once so what a
-surface posts is what the tool wrote. Both go through the tools' confined IO
+Owns: building the attributed `UserMessage` for an `Incoming` (header, text, inline images
+fitted to the API's per-image rules by `tools.content.fit_image` in a worker thread: at most
+2000 px a side and 5 MB of base64, so history never holds an image a request must refuse; one
+that cannot be fitted is saved as a file and the text says why), saving other attachments
+under the channel workspace's `attachments/` with safe, unique names, and files out: the files
+a tool result offers to attach (`details["files_out"]`, a list of `{"path", "name",
+"mime_type"}` with `path` relative to the workspace), read at once so what a surface posts is
+what the tool wrote. Both go through the tools' confined IO
 (`tools.workspace`): the workspace is shared with sandboxed `bash`, which can plant links, so
 no link is ever followed, by name or by a race. File system work happens in a worker thread,
 never on the event loop.
@@ -13,7 +16,6 @@ never on the event loop.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from pathlib import Path
 from typing import Any
@@ -24,12 +26,16 @@ from bots.surface import FileOut
 from bots.workspaces import UNSAFE
 from core.messages import Image, Text, ToolResultMessage, UserMessage
 from core.tools import ToolError
+from tools.content import ImageError, PreparedImage, fit_image, sniff_image
 from tools.workspace import read_file_in_workspace, write_file_in_workspace
 
 log = logging.getLogger(__name__)
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-MAX_INLINE_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_IMAGE_INPUT_BYTES = 32 * 1024 * 1024  # a bigger image is saved as a file, never decoded
+# A JPEG is decoded scaled down (a 48-megapixel phone photo costs a few), other formats whole.
+MAX_IMAGE_PIXELS = 25_000_000
+MAX_JPEG_PIXELS = 100_000_000
 MAX_ATTACHMENT_BYTES = 64 * 1024 * 1024
 SAME_NAME_CHECKS = 20  # files of one name looked at for an identical, earlier copy
 MAX_FILES_OUT = 10
@@ -42,17 +48,29 @@ async def user_message(incoming: Incoming, workspace: Path) -> UserMessage:
     text = attributed_text(incoming.author, incoming.timestamp, incoming.text)
     images: list[Image] = []
     for attachment in incoming.attachments:
-        if attachment.mime_type in IMAGE_TYPES and len(attachment.data) <= MAX_INLINE_IMAGE_BYTES:
-            data = base64.b64encode(attachment.data).decode()
-            images.append(Image(data=data, mime_type=attachment.mime_type))
-        else:
+        problem = ""
+        if _is_image(attachment):
             try:
-                saved = await asyncio.to_thread(save_attachment, workspace, attachment)
-            except ToolError as exc:
-                log.warning("an attachment was not saved: %s", exc)
-                text += f"\n(attached file {attachment.name!r} could not be saved: {exc})"
+                fitted = await asyncio.to_thread(fit_attached_image, attachment.data)
+            except ImageError as exc:
+                log.info("an attached image could not be used: %s", exc)
+                problem = f"could not be shown to you as an image ({exc})"
             else:
-                text += f"\n(attached file {attachment.name!r}, saved in the workspace as {saved})"
+                images.append(Image(data=fitted.data_b64, mime_type=fitted.mime_type))
+                if fitted.resized:
+                    (w, h), (sw, sh) = fitted.original_size, fitted.size
+                    text += f"\n(attached image {attachment.name!r}, {w}×{h}, scaled to {sw}×{sh})"
+                continue
+        try:
+            saved = await asyncio.to_thread(save_attachment, workspace, attachment)
+        except ToolError as exc:
+            log.warning("an attachment was not saved: %s", exc)
+            text += f"\n(attached file {attachment.name!r} could not be saved: {exc})"
+        else:
+            text += f"\n(attached file {attachment.name!r}, saved in the workspace as {saved})"
+        if problem:
+            # Said in the text, so the model can tell the person (the rest is answered as usual).
+            text += f"\n(the attached image {attachment.name!r} {problem}; tell the person)"
     content: str | list[Text | Image] = [Text(text=text), *images] if images else text
     return UserMessage(
         content=content,
@@ -60,6 +78,19 @@ async def user_message(incoming: Incoming, workspace: Path) -> UserMessage:
         timestamp=incoming.timestamp,
         platform_message_id=incoming.platform_message_id,
     )
+
+
+def _is_image(attachment: Attachment) -> bool:
+    return attachment.mime_type in IMAGE_TYPES or sniff_image(attachment.data[:16]) is not None
+
+
+def fit_attached_image(data: bytes) -> PreparedImage:
+    """`data` fitted to the API's per-image rules (blocking: decodes). Raises ImageError for
+    an image too big to decode, corrupt or of a format Pillow cannot read."""
+    if len(data) > MAX_IMAGE_INPUT_BYTES:
+        raise ImageError(f"it is larger than {MAX_IMAGE_INPUT_BYTES // 2**20} MiB")
+    jpeg = sniff_image(data[:16]) == "JPEG"
+    return fit_image(data, max_pixels=MAX_JPEG_PIXELS if jpeg else MAX_IMAGE_PIXELS)
 
 
 def save_attachment(workspace: Path, attachment: Attachment) -> str:

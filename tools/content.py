@@ -1,8 +1,10 @@
 """Telling text, images and binary apart by content, preparing images for a model, and turning
 HTML into Markdown.
 
-Owns: `sniff_image` (magic bytes → image format), `prepare_image` (decode with Pillow, fit
-within 2000×2000, re-encode as a type models accept, within a size budget), `decode_text` (bytes
+Owns: `sniff_image` (magic bytes → image format), `image_pixels` (a header's size), `prepare_image`
+(decode with Pillow, fit within 2000×2000, re-encode as a type models accept, within the API's
+per-image budget), `fit_image` (the same refused by pixel count before decoding, a few at a
+time: what the `read` tool, MCP results and attachments use), `decode_text` (bytes
 → text and the encoding to write it back with, or None for binary), `html_to_markdown` (the
 conversion itself) and `convert_html` (the same in a child process with a deadline).
 
@@ -26,6 +28,8 @@ import json
 import os
 import re
 import sys
+import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +40,16 @@ from markdownify import MarkdownConverter
 from PIL import Image as PILImage
 from PIL import UnidentifiedImageError
 
+# Within 2000 px a side an image never trips the API's many-images rule (and the API would
+# scale a larger one down anyway).
 MAX_IMAGE_SIDE = 2000
-# Models reject larger images; base64 inflates by 4/3.
-MAX_IMAGE_BYTES = 3_750_000
+# The API's per-image limit is on the base64 text (4/3 of the bytes).
+MAX_IMAGE_BASE64_CHARS = 5_000_000
+MAX_IMAGE_BYTES = MAX_IMAGE_BASE64_CHARS // 4 * 3
 MAX_IMAGE_PIXELS = 100_000_000
+_JPEG_QUALITIES = (85, 70, 55)
+# Decoded images are large: only this many are decoded at once, process-wide.
+IMAGE_DECODES = threading.BoundedSemaphore(2)
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "PNG"),
@@ -76,6 +86,35 @@ class ImageError(ValueError):
     """The bytes claim to be an image but cannot be used as one."""
 
 
+def image_pixels(data: bytes) -> tuple[int, int] | None:
+    """Width and height from an image's header, without decoding its pixels (None if over
+    Pillow's own bomb limit; (0, 0) if the header cannot be read)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+            with PILImage.open(io.BytesIO(data)) as probe:
+                return probe.size
+    except PILImage.DecompressionBombError:
+        return None  # over Pillow's own hard limit: certainly over ours
+    except Exception:
+        return (0, 0)
+
+
+def fit_image(data: bytes, *, max_pixels: int) -> PreparedImage:
+    """`prepare_image`, but an image of more than `max_pixels` (by its header) is refused before
+    anything is decoded, and at most `IMAGE_DECODES` images decode at once. Blocking: call it
+    in a worker thread. Raises ImageError."""
+    size = image_pixels(data)
+    if size is None or size[0] * size[1] > max_pixels:
+        dims = "" if size is None else f" ({size[0]}×{size[1]})"
+        raise ImageError(
+            f"it has too many pixels{dims}; at most {max_pixels // 1_000_000} megapixels "
+            "can be read. Scale it down first"
+        )
+    with IMAGE_DECODES:
+        return prepare_image(data)
+
+
 def prepare_image(data: bytes) -> PreparedImage:
     """Decode an image, fit it within MAX_IMAGE_SIDE on both sides and within MAX_IMAGE_BYTES.
 
@@ -106,12 +145,14 @@ def _prepare(image: PILImage.Image, data: bytes) -> PreparedImage:
         image.load()
     else:
         image.thumbnail((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE), PILImage.Resampling.LANCZOS)
-    encoded, mime = _encode(image)
+    encoded, mime = _encode(image, photo=fmt == "JPEG")
     side = max(image.size)
     while len(encoded) > MAX_IMAGE_BYTES and side > 200:
         side = int(side * 0.75)
         image.thumbnail((side, side), PILImage.Resampling.LANCZOS)
-        encoded, mime = _encode(image)
+        encoded, mime = _encode(image, photo=fmt == "JPEG")
+    if len(encoded) > MAX_IMAGE_BYTES:  # not reached in practice: 200 px of JPEG is small
+        raise ImageError("the image cannot be made small enough to send")
     return PreparedImage(
         base64.b64encode(encoded).decode("ascii"),
         mime,
@@ -121,15 +162,24 @@ def _prepare(image: PILImage.Image, data: bytes) -> PreparedImage:
     )
 
 
-def _encode(image: PILImage.Image) -> tuple[bytes, str]:
-    """PNG when it is small enough (keeps text sharp and transparency), JPEG otherwise."""
-    buffer = io.BytesIO()
-    png_ready = image if image.mode in ("RGB", "RGBA", "L", "LA", "P") else image.convert("RGBA")
-    png_ready.save(buffer, format="PNG", optimize=True)
-    if buffer.tell() <= MAX_IMAGE_BYTES:
-        return buffer.getvalue(), "image/png"
-    buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="JPEG", quality=85)
+def _encode(image: PILImage.Image, *, photo: bool) -> tuple[bytes, str]:
+    """PNG when it is small enough (keeps screenshots' text sharp and transparency), else JPEG
+    at the first quality that fits (or the smallest tried; the caller then scales down). A
+    photo (a JPEG to begin with) skips PNG: it would be large and slow to compress."""
+    if not photo:
+        buffer = io.BytesIO()
+        png_ready = (
+            image if image.mode in ("RGB", "RGBA", "L", "LA", "P") else image.convert("RGBA")
+        )
+        png_ready.save(buffer, format="PNG", optimize=True)
+        if buffer.tell() <= MAX_IMAGE_BYTES:
+            return buffer.getvalue(), "image/png"
+    rgb = image.convert("RGB")
+    for quality in _JPEG_QUALITIES:
+        buffer = io.BytesIO()
+        rgb.save(buffer, format="JPEG", quality=quality)
+        if buffer.tell() <= MAX_IMAGE_BYTES:
+            break
     return buffer.getvalue(), "image/jpeg"
 
 

@@ -8,8 +8,8 @@ path is reopened by name); all file IO and CPU work (decoding, counting matches,
 diff, decoding images) runs in a worker thread so the event loop never blocks. That work is
 bounded first: content to write or edit is capped (`MAX_WRITE_BYTES`, `MAX_EDIT_FILE_BYTES`),
 match counting stops early, the diff covers only the changed lines, and images are refused by
-their header's pixel count before anything is decoded (`MAX_IMAGE_PIXELS`), at most
-`_IMAGE_DECODES` at a time. Reads are head-truncated (tools.truncation) with a notice telling
+their header's pixel count before anything is decoded (`MAX_IMAGE_PIXELS`), a few at a time
+(`tools.content.fit_image`). Reads are head-truncated (tools.truncation) with a notice telling
 the model how to continue.
 
 Must not: import anything of ours outside `core`.
@@ -19,19 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import io
 import os
 import re
-import threading
-import warnings
 from typing import Any, ClassVar
 
-from PIL import Image as PILImage
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.messages import Image, Text
 from core.tools import AgentTool, ExecutionMode, ToolContext, ToolError, ToolResult
-from tools.content import ImageError, decode_text, prepare_image, sniff_image
+from tools.content import ImageError, decode_text, fit_image, sniff_image
 from tools.globs import compile_glob
 from tools.truncation import (
     DEFAULT_MAX_BYTES,
@@ -58,8 +54,6 @@ MAX_WRITE_BYTES = 16 * 1024 * 1024
 MAX_EDIT_FILE_BYTES = 16 * 1024 * 1024
 MAX_COUNTED_MATCHES = 1000
 DIFF_CONTEXT_LINES = 3
-# Decoded images are large: only this many are decoded at once, process-wide.
-_IMAGE_DECODES = threading.BoundedSemaphore(2)
 
 
 class _Params(BaseModel):
@@ -114,33 +108,11 @@ def _read(ctx: ToolContext, params: ReadParams) -> ToolResult:
     return _read_text(decoded[0], shown, params.offset, params.limit, encoding=decoded[1])
 
 
-def image_pixels(data: bytes) -> tuple[int, int] | None:
-    """Width and height from an image's header, without decoding its pixels (None if the
-    header cannot be read)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
-            with PILImage.open(io.BytesIO(data)) as probe:
-                return probe.size
-    except PILImage.DecompressionBombError:
-        return None  # over Pillow's own hard limit: certainly over ours
-    except Exception:
-        return (0, 0)
-
-
 def _read_image(data: bytes, shown: str) -> ToolResult:
     if len(data) > MAX_IMAGE_FILE_BYTES:
         raise ToolError(f"'{shown}' is an image too large to read ({format_size(len(data))}).")
-    size = image_pixels(data)
-    if size is None or size[0] * size[1] > MAX_IMAGE_PIXELS:
-        dims = "" if size is None else f" ({size[0]}×{size[1]})"
-        raise ToolError(
-            f"'{shown}' is an image with too many pixels{dims}; at most "
-            f"{MAX_IMAGE_PIXELS // 1_000_000} megapixels can be read. Scale it down first."
-        )
     try:
-        with _IMAGE_DECODES:
-            image = prepare_image(data)
+        image = fit_image(data, max_pixels=MAX_IMAGE_PIXELS)
     except ImageError as exc:
         raise ToolError(f"'{shown}' looks like an image but {exc}.") from None
     w, h = image.original_size

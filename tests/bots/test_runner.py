@@ -44,6 +44,7 @@ from tests.bots.runner_helpers import (
     roles,
 )
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
+from tests.fakes.sample_images import plain
 
 
 async def test_answers_persists_and_records_the_run(store: SqliteStore, tmp_path: Path) -> None:
@@ -261,7 +262,7 @@ async def test_images_are_sent_and_other_files_land_in_the_workspace(
     model = ScriptedModel([Reply(text="nice picture")])
     runner = make_runner(store, tmp_path, model)
     files = (
-        Attachment(name="pic.png", mime_type="image/png", data=b"\x89PNG\r\n\x1a\nfake"),
+        Attachment(name="pic.png", mime_type="image/png", data=plain((4, 4))),
         Attachment(name="../../notes.txt", mime_type="text/plain", data=b"remember this"),
     )
     await runner.submit(incoming("look", attachments=files), RecordingSurface())

@@ -138,7 +138,7 @@ class FakeAnthropic:
         return [request.body for request in self.requests]
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY_BYTES * 2)  # over 32 MB: our 413
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_get("/v1/models/{model_id}", self._model)
         self._runner = web.AppRunner(app, handle_signals=False)
@@ -158,6 +158,9 @@ class FakeAnthropic:
     # -- the endpoint --------------------------------------------------------------------------
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
+        size = request.content_length
+        if (len(await request.read()) if size is None else size) > MAX_BODY_BYTES:
+            return _json(error_reply(413, "request_too_large", REQUEST_TOO_LARGE))
         body = await request.json()
         self.requests.append(
             RecordedRequest(
@@ -509,7 +512,7 @@ def validate_request(body: dict[str, Any]) -> str | None:
         return "`tool_use` ids were found without `tool_result` blocks immediately after"
     if breakpoints > 4:
         return f"A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
-    return None
+    return image_problem(body)
 
 
 # -- builders -------------------------------------------------------------------------------------
@@ -704,3 +707,64 @@ def text_reply(text: str, *, chunk_size: int = 5, **kwargs: Any) -> SSEReply:
 
 def events_of(*parts: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
     return [event for part in parts for event in part]
+
+
+# -- images ----------------------------------------------------------------------------------------
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+REQUEST_TOO_LARGE = "Request exceeds the maximum allowed number of bytes."
+# Stricter than the API's 5 MiB of base64 by design: what passes here passes there.
+FAKE_MAX_IMAGE_CHARS = 5_000_000
+
+
+def image_problem(body: dict[str, Any]) -> str | None:
+    """What the real API would reject about the images of `body` (tool results' included), as
+    its error message; None if acceptable. Sizes come from Pillow, independently of the code
+    under test; data Pillow cannot read is let through (tests send stand-in bytes)."""
+    import base64  # (imported here: this section is added to a file others edit)
+    import binascii
+    import io
+    import warnings
+
+    from PIL import Image as PILImage
+
+    found: list[tuple[str, dict[str, Any]]] = []
+    for number, message in enumerate(body.get("messages") or []):
+        content = message.get("content")
+        for index, block in enumerate(content if isinstance(content, list) else []):
+            where = f"messages.{number}.content.{index}"
+            if block.get("type") == "image":
+                found.append((where, block))
+            inner = block.get("content") if block.get("type") == "tool_result" else None
+            for k, part in enumerate(inner if isinstance(inner, list) else []):
+                if part.get("type") == "image":
+                    found.append((f"{where}.content.{k}", part))
+    if len(found) > 100:
+        return f"messages: too many images in one request: {len(found)} > 100"
+    max_side = 2000 if len(found) > 20 else 8000
+    for where, block in found:
+        source = block.get("source") or {}
+        data = source.get("data")
+        if source.get("type") != "base64" or not isinstance(data, str):
+            continue
+        if len(data) > FAKE_MAX_IMAGE_CHARS:
+            return (
+                f"{where}.image.source.base64: image exceeds 5 MB maximum: "
+                f"{len(data)} bytes > {FAKE_MAX_IMAGE_CHARS} bytes"
+            )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+                with PILImage.open(io.BytesIO(base64.b64decode(data))) as image:
+                    side = max(image.size)
+        except PILImage.DecompressionBombError:
+            side = 13_000  # over 179 megapixels: some side is over 8000
+        except (binascii.Error, ValueError, OSError):
+            continue
+        if side > max_side:
+            many = " for many-image requests" if max_side == 2000 else ""
+            return (
+                f"{where}.image.source.base64.data: At least one of the image dimensions exceed "
+                f"max allowed size{many}: {max_side} pixels"
+            )
+    return None

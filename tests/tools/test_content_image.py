@@ -8,7 +8,14 @@ import io
 import pytest
 from PIL import Image as PILImage
 
-from tools.content import MAX_IMAGE_SIDE, ImageError, prepare_image
+from tests.fakes.sample_images import noisy_photo
+from tools.content import (
+    MAX_IMAGE_BASE64_CHARS,
+    MAX_IMAGE_SIDE,
+    ImageError,
+    fit_image,
+    prepare_image,
+)
 
 
 def encoded(size: tuple[int, int], fmt: str, mode: str = "RGB") -> bytes:
@@ -49,3 +56,23 @@ def test_broken_images_are_image_errors() -> None:
         prepare_image(encoded((400, 400), "PNG")[:200])
     with pytest.raises(ImageError, match="cannot be decoded"):
         prepare_image(b"\x89PNG\r\n\x1a\nnot really")
+
+
+def test_a_photo_under_5_mib_but_over_5_mb_of_base64_is_reencoded_within_the_limit() -> None:
+    photo = noisy_photo((1800, 1320), quality=100)
+    assert 3.75 * 2**20 < len(photo) < 5 * 2**20  # what used to be sent as it was
+    assert len(base64.b64encode(photo)) > MAX_IMAGE_BASE64_CHARS
+    prepared = fit_image(photo, max_pixels=25_000_000)
+    assert len(prepared.data_b64) <= MAX_IMAGE_BASE64_CHARS
+    assert (prepared.mime_type, prepared.size) == ("image/jpeg", (1800, 1320))
+    assert decoded(prepared.data_b64).size == (1800, 1320)
+
+
+def test_a_screenshot_that_fits_as_png_stays_png() -> None:
+    prepared = prepare_image(encoded((3000, 3000), "PNG"))
+    assert (prepared.mime_type, prepared.size) == ("image/png", (2000, 2000))
+
+
+def test_fit_image_refuses_too_many_pixels_by_the_header() -> None:
+    with pytest.raises(ImageError, match=r"too many pixels \(6000×5000\)"):
+        fit_image(encoded((6000, 5000), "PNG", mode="L"), max_pixels=25_000_000)

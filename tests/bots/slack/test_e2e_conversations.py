@@ -22,6 +22,7 @@ from tests.bots.slack.e2e_harness import (
     slack_hosted,
     texts,
 )
+from tests.fakes.sample_images import plain
 from tests.fakes.slack_server import FakeSlack
 
 
@@ -191,7 +192,7 @@ async def test_first_mention_in_an_existing_thread_backfills_it(
 async def test_an_image_and_a_text_file_reach_the_model_and_the_workspace(
     fake_slack: FakeSlack, tmp_path: Path
 ) -> None:
-    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+    png = plain((4, 4))
     image = slack_hosted(fake_slack.add_file("cat.png", png, "image/png"))
     notes = slack_hosted(fake_slack.add_file("notes.txt", b"remember the milk", "text/plain"))
     model = ScriptedModel([Reply(text="Nice cat.")])
