@@ -78,6 +78,7 @@ from core.models.base import (
     cost_of,
 )
 from core.models.catalog import DEFAULT_MODEL, anthropic_model_spec
+from core.models.image_budget import fit_request_images
 from core.models.thinking_binding import (
     BINDING_BETA,
     BOUND_ELSEWHERE_HINT,
@@ -412,7 +413,7 @@ class AnthropicModel:
                     wait = self._retry.delay(retries, failure.retry_after)
                 if wait is None:
                     _finish_open_tool_calls(partial, state)
-                    partial.usage = self._priced(total + state.usage)
+                    partial.usage = total + self._priced(state.usage)
                     self._fail(partial, failure, retries)
                     yield StreamEnd(message=partial)
                     return
@@ -429,7 +430,9 @@ class AnthropicModel:
                 await self._retry.sleep(wait)
                 continue
 
-            total = total + state.usage
+            # Each response priced on its own: long-prompt rates apply per request, so a few
+            # resumed requests never add up past a threshold none of them crossed.
+            total = total + self._priced(state.usage)
             _finish_open_tool_calls(partial, state)
             api_reason = state.stop_reason or "end_turn"
             ours, kind, text = _STOP_REASONS.get(api_reason, ("stop", None, None))
@@ -438,7 +441,7 @@ class AnthropicModel:
             if ours == "continue":
                 continuations += 1
                 if continuations > self._max_continuations:
-                    partial.usage = self._priced(total)
+                    partial.usage = total
                     self._fail(
                         partial,
                         _Failure(
@@ -457,7 +460,7 @@ class AnthropicModel:
                 )
                 retries = 0
                 continue
-            partial.usage = self._priced(total)
+            partial.usage = total
             if ours == "error":
                 if state.refusal_explanation:
                     text = f"{text} ({_short(state.refusal_explanation, 200)})"
@@ -492,6 +495,10 @@ class AnthropicModel:
         thinking is bound to a prefix that changed (or is unknown), the request asks the API
         to drop the invalid blocks instead of refusing it (core.models.thinking_binding)."""
         messages, recorded = self._api_messages(request.messages)
+        # Within the per-request image rules whatever history holds (newest kept; the same
+        # history gives the same bytes). A cut that moves is a changed prefix: the binding
+        # check below sees it like any other.
+        fit_request_images(messages)
         params: dict[str, Any] = {
             "model": self._info.id,
             "max_tokens": request.max_tokens or self._max_tokens,

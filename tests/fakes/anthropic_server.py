@@ -53,14 +53,18 @@ PRESERVED_THINKING_MODELS = frozenset(
         "claude-mythos-5-2",
     }
 )
+# Models whose thinking text is omitted unless the request asks for `display: "summarized"`:
+# their stream then carries the signature only (the text between tool calls included).
+DISPLAY_OMITTED_MODELS = PRESERVED_THINKING_MODELS | {"claude-sonnet-5", "claude-opus-5"}
 # Ids the API serves (the models overview, 2026-12); anything else is a 404, as there.
 KNOWN_MODELS = frozenset(
     {
         *PRESERVED_THINKING_MODELS,
         "claude-sonnet-5",
         "claude-opus-5",
+        "claude-fable-5",
+        "claude-mythos-5",
         "claude-sonnet-4-6",
-        "claude-sonnet-4-5",
         "claude-opus-4-8",
         "claude-opus-4-7",
         "claude-opus-4-6",
@@ -326,7 +330,13 @@ class FakeAnthropic:
         await response.prepare(request)
         produced: list[dict[str, Any]] = []  # this reply's finished blocks, as replayed
         building: dict[int, dict[str, Any]] = {}
+        display = (body.get("thinking") or {}).get("display")
+        omitted = _SNAPSHOT.sub("", str(body.get("model"))) in DISPLAY_OMITTED_MODELS and (
+            display != "summarized"
+        )
         for sent, (event_type, data) in enumerate(reply.events):
+            if omitted and data.get("delta", {}).get("type") == "thinking_delta":
+                continue  # display omitted: the signature comes, the text does not
             if event_type == "message_start" and transformations is not None:
                 data = {**data, "message": {**data["message"]}}
                 data["message"]["input_transformations"] = transformations
