@@ -34,12 +34,38 @@ async def fake() -> AsyncIterator[FakeAnthropic]:
 
 
 @pytest.fixture
-async def model(fake: FakeAnthropic) -> AsyncIterator[AnthropicModel]:
+async def client(fake: FakeAnthropic) -> AsyncIterator[anthropic.AsyncAnthropic]:
     sdk = anthropic.AsyncAnthropic(
         api_key=API_KEY, base_url=fake.url, max_retries=0, _strict_response_validation=True
     )
-    yield AnthropicModel(client=sdk, retry=RetryPolicy(max_retries=0))
+    yield sdk
     await sdk.close()
+
+
+@pytest.fixture
+def model(client: anthropic.AsyncAnthropic) -> AnthropicModel:
+    return AnthropicModel(client=client, retry=RetryPolicy(max_retries=0))
+
+
+async def refusal_of(client: anthropic.AsyncAnthropic, *parts: Text | Image) -> str:
+    """What the API answers to `parts` sent as they are, unfitted (the request the adapter
+    would have sent before the fix: it now fits every request itself)."""
+    blocks = [
+        {"type": "text", "text": part.text}
+        if isinstance(part, Text)
+        else {
+            "type": "image",
+            "source": {"type": "base64", "media_type": part.mime_type, "data": part.data},
+        }
+        for part in parts
+    ]
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        await client.messages.create(
+            model="claude-sonnet-5-5",
+            max_tokens=100,
+            messages=[{"role": "user", "content": blocks}],  # type: ignore[list-item]
+        )
+    return f"{refused.value.status_code} {refused.value}"
 
 
 async def answer(model: AnthropicModel, *messages: Message) -> AssistantMessage:
@@ -101,51 +127,53 @@ async def test_big_photos_strips_and_large_images_are_fitted_and_accepted(
     ],
 )
 async def test_the_fake_api_refuses_an_image_that_was_not_fitted(
-    fake: FakeAnthropic, model: AnthropicModel, attachment: Attachment, refusal: str
+    fake: FakeAnthropic,
+    client: anthropic.AsyncAnthropic,
+    model: AnthropicModel,
+    attachment: Attachment,
+    refusal: str,
 ) -> None:
     data = attachment.data or noisy_photo((1800, 1320), quality=100)
-    raw = UserMessage(
-        content=[
-            Text(text="as sent before the fix"),
-            Image(data=base64.b64encode(data).decode(), mime_type=attachment.mime_type),
-        ]
-    )
-    reply = await answer(model, raw)
-    assert reply.stop_reason == "error" and reply.error_kind == "invalid_request"
-    assert refusal in (reply.error_message or "")
-    assert "messages.0.content.1.image.source.base64" in (reply.error_message or "")
+    image = Image(data=base64.b64encode(data).decode(), mime_type=attachment.mime_type)
+    refused = await refusal_of(client, Text(text="as sent before the fix"), image)
+    assert refused.startswith("400") and refusal in refused
+    assert "messages.0.content.1.image.source.base64" in refused
+    # Through the adapter, the same history is fitted: the image is left out, not refused.
+    fake.add(text_reply("fine"))
+    reply = await answer(model, UserMessage(content=[Text(text="stored before the fix"), image]))
+    assert reply.stop_reason == "stop", reply.error_message
 
 
 async def test_the_fake_api_refuses_a_large_side_once_a_request_holds_more_than_20_images(
-    fake: FakeAnthropic, model: AnthropicModel
+    fake: FakeAnthropic, client: anthropic.AsyncAnthropic, model: AnthropicModel
 ) -> None:
     small = base64.b64encode(plain((10, 10))).decode()
-    wide = base64.b64encode(plain((2500, 10))).decode()
+    wide = Image(data=base64.b64encode(plain((2500, 10))).decode(), mime_type="image/png")
     parts: list[Text | Image] = [Text(text="many")]
     parts += [Image(data=small, mime_type="image/png") for _ in range(20)]
-    fake.add(text_reply("twenty-one, fine"))
-    reply = await answer(
-        model, UserMessage(content=[*parts, Image(data=wide, mime_type="image/png")])
-    )
-    assert reply.stop_reason == "error"
-    assert "for many-image requests: 2000 pixels" in (reply.error_message or "")
-    # Twenty in all are fine.
-    reply = await answer(
-        model, UserMessage(content=[*parts[:-1], Image(data=wide, mime_type="image/png")])
-    )
+    refused = await refusal_of(client, *parts, wide)
+    assert "for many-image requests: 2000 pixels" in refused
+    # Twenty in all are fine, and the adapter fits twenty-one.
+    fake.add(text_reply("twenty, fine"), text_reply("twenty-one, fitted"))
+    reply = await answer(model, UserMessage(content=[*parts[:-1], wide]))
+    assert reply.stop_reason == "stop", reply.error_message
+    reply = await answer(model, UserMessage(content=[*parts, wide]))
     assert reply.stop_reason == "stop", reply.error_message
 
 
 async def test_a_request_body_over_32_mb_is_refused_with_413(
-    fake: FakeAnthropic, model: AnthropicModel
+    fake: FakeAnthropic, client: anthropic.AsyncAnthropic, model: AnthropicModel
 ) -> None:
     big = "A" * (4_900_000)  # under the per-image limit, stand-in bytes the fake does not decode
     parts: list[Text | Image] = [Text(text="too much")]
     parts += [Image(data=big, mime_type="image/png") for _ in range(7)]
-    reply = await answer(model, UserMessage(content=parts))
-    assert reply.stop_reason == "error"
-    assert "maximum allowed number of bytes" in (reply.error_message or "")
+    refused = await refusal_of(client, *parts)
+    assert refused.startswith("413") and "maximum allowed number of bytes" in refused
     assert fake.requests == []  # refused before it was parsed
+    # The adapter keeps the newest images within the budget: the request goes through.
+    fake.add(text_reply("seen"))
+    reply = await answer(model, UserMessage(content=parts))
+    assert reply.stop_reason == "stop", reply.error_message
 
 
 async def test_an_image_that_cannot_be_fitted_is_saved_with_a_note_and_the_rest_answered(

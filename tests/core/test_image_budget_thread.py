@@ -1,6 +1,6 @@
-"""A long thread gathers 30 large images (and two stored before attachments were fitted): with
-`fit_request_images` applied to what the adapter builds, every request passes the strict fake
-API's rules. (Once `_build_params` calls it, the same test can go through the SDK.)"""
+"""A long thread gathers 30 large images (and two stored before attachments were fitted): every
+request the adapter builds (`fit_request_images` inside it) passes the strict fake API's
+rules, while the same history unfitted is refused."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from core.messages import (
 )
 from core.models.anthropic import AnthropicModel
 from core.models.base import ModelRequest
-from core.models.image_budget import LEFT_OUT_TEXT, fit_request_images
+from core.models.image_budget import LEFT_OUT_TEXT
 from tests.fakes.anthropic_server import MAX_BODY_BYTES, validate_request
 from tests.fakes.sample_images import noisy_photo, plain
 from tools.content import prepare_image
@@ -57,16 +57,15 @@ def test_every_request_of_a_thread_of_30_large_images_is_accepted() -> None:
         else:
             history.append(UserMessage(content=[Text(text=f"picture {n}"), photo]))
         request = ModelRequest(system_prompt="You are Teammate.", messages=history, tools=[])
-        params = model._build_params(request)
-        assert validate_request(params) is not None  # as sent today: refused, every time
-        fit_request_images(params["messages"])
+        params, _ = model._build_params(request)
+        raw, _ = model._api_messages(history)
+        assert validate_request({**params, "messages": raw}) is not None  # unfitted: refused
         body = json.dumps(params)
         assert validate_request(params) is None, n
         assert len(body.encode()) < MAX_BODY_BYTES
         # The newest image is always sent; the same history gives the same bytes.
         assert photo.data in json.dumps(params["messages"][-1])
-        again = model._build_params(request)
-        fit_request_images(again["messages"])
+        again, _ = model._build_params(request)
         assert json.dumps(again) == body
         history.append(AssistantMessage(content=[Text(text=f"seen {n}")]))
     assert LEFT_OUT_TEXT in body and legacy_wide not in body and legacy_huge not in body
