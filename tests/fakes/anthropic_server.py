@@ -133,6 +133,10 @@ class FakeAnthropic:
     def add(self, *replies: Reply) -> None:
         self._replies.extend(replies)
 
+    def clear_replies(self) -> None:
+        """Forget the scripted replies not used (a caller whose script went off course)."""
+        self._replies.clear()
+
     @property
     def remaining(self) -> int:
         return len(self._replies)
