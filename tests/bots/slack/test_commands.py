@@ -18,6 +18,7 @@ from core.messages import Usage
 from core.models.scripted import Reply, ScriptedModel
 from core.tools import AnyTool
 from storage.sqlite import SqliteStore
+from tests.bots.runner_helpers import channel_context
 from tests.bots.slack.e2e_harness import ALICE, BOB, SECRET, message_event, settings_for
 from tests.fakes.slack_server import FakeSlack, form_body, signed_request
 from tools.files import LsTool, ReadTool
@@ -251,7 +252,7 @@ async def test_config_set_by_an_admin_survives_a_restart_and_shapes_answers(
         await app.mention("bonjour")
         await app.runner.wait_all()
         (request,) = models["claude-opus-4-6"].requests
-        assert "Answer in French." in request.system_prompt
+        assert "Answer in French." in channel_context(request)
         assert [tool.name for tool in request.tools] == ["ls"]
 
         reset = await app.command("config reset")
