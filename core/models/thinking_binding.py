@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -65,14 +65,15 @@ def frame_digest(system: Sequence[ApiBlock] | None, tools: Sequence[ApiBlock] | 
 
 class BlockDigests:
     """Digests of API blocks, remembered by identity for blocks that are reused (the adapter's
-    conversion cache hands out the same block objects every request). Bounded; an entry keeps
-    its block, so an id cannot be reused while it lives."""
+    conversion cache hands out the same block objects every request). An entry keeps its block
+    (so an id cannot be reused while it lives), so the entries are bounded by count and by the
+    bytes of the blocks they keep alive, least recently used out first."""
 
-    _MIN_CACHED_CHARS = 512  # small blocks hash faster than a lookup is worth keeping
-
-    def __init__(self, max_entries: int = 8192) -> None:
+    def __init__(self, max_entries: int = 65_536, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[int, tuple[ApiBlock, bytes]] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.bytes_kept = 0
+        self._entries: OrderedDict[int, tuple[ApiBlock, bytes, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -84,19 +85,34 @@ class BlockDigests:
             return entry[1]
         encoded = _canonical(_without_cache_control(block))
         value = hashlib.sha256(encoded).digest()
-        if len(encoded) >= self._MIN_CACHED_CHARS:
-            self._entries[id(block)] = (block, value)
-            if len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+        size = len(encoded)
+        if "cache_control" not in block and size <= self.max_bytes:  # a marked copy is new
+            self._entries[id(block)] = (block, value, size)  # every request: not kept
+            self.bytes_kept += size
+            while len(self._entries) > self.max_entries or self.bytes_kept > self.max_bytes:
+                self.bytes_kept -= self._entries.popitem(last=False)[1][2]
         return value
 
 
-def prefix_chain(frame: str, messages: Sequence[ApiMessage], blocks: BlockDigests) -> list[str]:
+def prefix_chain(
+    frame: str,
+    messages: Sequence[ApiMessage],
+    blocks: BlockDigests,
+    at: Collection[int] | None = None,
+) -> list[str]:
     """`chain[i]` names everything before `messages[i]` (the frame and messages 0..i-1);
     `chain[len(messages)]` names the whole request. A digest is `v1:<frame>:<messages>`, so a
-    mismatch can be told apart: the frame (system or tools) or the messages changed."""
+    mismatch can be told apart: the frame (system or tools) or the messages changed. With
+    `at`, only those positions and the whole request are named (the rest are "")."""
     running = hashlib.sha256(frame.encode())
-    chain = [f"{_VERSION}:{frame[:16]}:{running.hexdigest()}"]
+    last = len(messages)
+
+    def name(index: int) -> str:
+        if at is not None and index != last and index not in at:
+            return ""
+        return f"{_VERSION}:{frame[:16]}:{running.copy().hexdigest()}"
+
+    chain = [name(0)]
     for message in messages:
         running.update(b"\x1e" + str(message.get("role", "")).encode() + b"\x1f")
         content = message.get("content")
@@ -105,7 +121,7 @@ def prefix_chain(frame: str, messages: Sequence[ApiMessage], blocks: BlockDigest
         else:
             for block in content or ():
                 running.update(blocks.digest(block))
-        chain.append(f"{_VERSION}:{frame[:16]}:{running.copy().hexdigest()}")
+        chain.append(name(len(chain)))
     return chain
 
 
@@ -150,11 +166,14 @@ def check_binding(
     """Compare each replayed reply that carries thinking with the digest it recorded.
     `recorded` maps an API message index to the digest of the reply that starts it (None when
     the reply has none); an assistant message with thinking missing from it is unknown."""
-    chain = prefix_chain(frame, messages, blocks)
+    replayed = [
+        index
+        for index, message in enumerate(messages)
+        if message.get("role") == "assistant" and carries_thinking(message)
+    ]
+    chain = prefix_chain(frame, messages, blocks, at=replayed)
     check = BindingCheck(request_digest=chain[-1])
-    for index, message in enumerate(messages):
-        if message.get("role") != "assistant" or not carries_thinking(message):
-            continue
+    for index in replayed:
         digest = recorded.get(index)
         if digest is None:
             check.unknown.append(index)

@@ -283,3 +283,15 @@ async def test_a_reply_records_the_digest_of_the_request_it_answered(
         reply.prefix_digest
     )
     assert isinstance(reply.content[0], Thinking)
+
+
+def test_remembered_block_digests_are_bounded_by_the_bytes_they_keep_alive() -> None:
+    digests = BlockDigests(max_entries=100, max_bytes=10_000)
+    blocks = [{"type": "text", "text": f"{n}" + "x" * 3_000} for n in range(10)]
+    for block in blocks:
+        digests.digest(block)
+    assert digests.bytes_kept <= 10_000 and len(digests) == 3  # the newest three
+    again = {"type": "text", "text": "0" + "x" * 3_000}  # equal content, another object
+    assert digests.digest(again) == digests.digest(blocks[0])
+    marked = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+    assert digests.digest(marked) == digests.digest(blocks[-1])  # a breakpoint is not content
