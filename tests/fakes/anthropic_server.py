@@ -125,6 +125,9 @@ class FakeAnthropic:
         # produced after. A set, because a test may script the same block twice.
         self.bindings: dict[str, set[str]] = {}
         self.dropped_thinking = 0  # blocks dropped under drop_block, over all requests
+        # Every error answered to POST /v1/messages, scripted or not, as (status, message):
+        # an end-to-end test asserts that the API never refused what the adapter sent.
+        self.errors: list[tuple[int, str]] = []
 
     def add(self, *replies: Reply) -> None:
         self._replies.extend(replies)
@@ -158,6 +161,14 @@ class FakeAnthropic:
     # -- the endpoint --------------------------------------------------------------------------
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
+        response = await self._answer(request)
+        body = response.body if isinstance(response, web.Response) else None
+        if response.status >= 400 and isinstance(body, bytes):
+            error = json.loads(body).get("error") or {}
+            self.errors.append((response.status, str(error.get("message", ""))))
+        return response
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(
             RecordedRequest(
