@@ -45,9 +45,9 @@ async def fake_messages_api() -> AsyncIterator[FakeAnthropic]:
         await fake.close()
 
 
-def model_settings(fake: FakeAnthropic) -> dict[str, Any]:
-    """Settings fields that point the real Anthropic adapter at `fake`, on the default model."""
-    return {"model": MODEL_ID, "anthropic_api_key": KEY, "anthropic_base_url": fake.url}
+def api_settings(fake: FakeAnthropic) -> dict[str, Any]:
+    """Settings fields that point the real Anthropic adapter at `fake`."""
+    return {"anthropic_api_key": KEY, "anthropic_base_url": fake.url}
 
 
 def model_env(fake: FakeAnthropic) -> dict[str, str]:
