@@ -12,7 +12,8 @@ from pathlib import Path
 
 from core.models.catalog import anthropic_model_spec
 from core.models.scripted import ScriptedModel
-from tests.bots.slack.e2e_harness import BOB, message_event, running, texts
+from core.tools import AnyTool
+from tests.bots.slack.e2e_harness import BOB, EchoTool, message_event, running, texts
 from tests.bots.thinking_e2e import (
     CONTEXT_OPEN,
     MODEL_ID,
@@ -20,6 +21,7 @@ from tests.bots.thinking_e2e import (
     api_settings,
     assert_appended,
     assert_never_refused,
+    bare,
     fake_messages_api,
     guards,
     last_user_text,
@@ -29,6 +31,15 @@ from tests.bots.thinking_e2e import (
 )
 from tests.fakes.anthropic_server import TextOut, ThinkingOut, sse
 from tests.fakes.slack_server import FakeSlack
+
+
+class DocsSearchTool(EchoTool):
+    """Named as an MCP server's tool is (`server__tool`): one the server adds to its list."""
+
+    name = "docs__search"
+    label = "Search the docs"
+    description = "Searches the team's documentation."
+
 
 UNUSED = ScriptedModel([])  # the harness's scripted model: these tests use the real adapter
 
@@ -141,3 +152,53 @@ async def test_a_thread_answers_after_it_was_compacted(
     assert replays_thinking(third, "s2") and not replays_thinking(third, "s1")
     assert "Fix the build." in third.body["messages"][0]["content"][0]["text"]
     assert fake.dropped_thinking == 1
+
+
+async def test_a_thread_answers_after_an_mcp_servers_tool_list_changed(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    # The toolset factory's answer changes between the two questions, as it does when an MCP
+    # server announces `tools/list_changed` (the runner asks for the channel's tools each run).
+    toolset: list[AnyTool] = [EchoTool()]
+    async with fake_messages_api() as fake:
+        fake.add(
+            tool_call("echo", {"text": "ping"}, call_id="t1", signature="s1"),
+            answer("The echo said ping.", "s2"),
+            answer("Yes, I can search the docs now.", "s3"),
+        )
+        async with running(
+            fake_slack,
+            tmp_path,
+            UNUSED,
+            real_model=MODEL_ID,
+            tools=lambda: list(toolset),
+            **api_settings(fake),
+        ) as app:
+            asked = message_event(fake_slack, "echo ping please")
+            await app.event(asked)
+            await app.settle()
+            toolset.append(DocsSearchTool())
+            follow_up = message_event(
+                fake_slack,
+                "can you search the docs?",
+                thread_ts=asked["ts"],
+                mention=False,
+                kind="message",
+            )
+            await app.event(follow_up)
+            await app.settle()
+
+    shown = texts(app.replies("C1", asked["ts"]))
+    assert "Yes, I can search the docs now." in shown
+    assert "refused" not in shown
+    assert_never_refused(fake)
+    echoed, after_tool, asked_again = message_requests(fake)
+    # The tool list is part of every message's prefix: the earlier reasoning lost it, so the
+    # request after the change (and only it) asked for stale thinking to be dropped.
+    assert guards(fake) == [False, False, True]
+    assert [t["name"] for t in echoed.body["tools"]] == ["echo"]
+    assert [t["name"] for t in asked_again.body["tools"]] == ["echo", "docs__search"]
+    earlier = after_tool.body["messages"]
+    assert bare(asked_again.body["messages"][: len(earlier)]) == bare(earlier)
+    assert replays_thinking(asked_again, "s1")
+    assert fake.dropped_thinking > 0
