@@ -32,6 +32,7 @@ from core.models.base import Model
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
+from tests.bots.runner_helpers import channel_context
 from tests.fakes.discord_server import BOT_TOKEN, FakeDiscord, user_payload
 
 ROLE = "1600000000000000001"
@@ -667,7 +668,9 @@ async def test_admins_set_the_channels_prompt_and_model_and_a_restart_keeps_them
     teammate.model.add(Reply(text="Arr."))
     asked = await teammate.mention("hello")
     await teammate.shown(asked["id"], "Arr.")
-    assert "Answer like a pirate." in teammate.model.requests[-1].system_prompt
+    # The channel's instructions reach the model as a context note, not in the system prompt.
+    assert "Answer like a pirate." in channel_context(teammate.model.requests[-1])
+    assert "Answer like a pirate." not in teammate.model.requests[-1].system_prompt
     assert chosen == ["scripted"]
     cleared = await ephemeral(teammate, config(teammate, reset=True))
     assert "extra instructions: none" in cleared

@@ -21,6 +21,7 @@ from tests.bots.discord.test_bot_e2e import (  # noqa: F401 (fixtures)
     ephemeral,
     teammate,
 )
+from tests.bots.runner_helpers import channel_context
 
 
 def memory(teammate: Teammate, user: dict[str, Any] | None = None, **options: Any) -> Any:
@@ -49,7 +50,7 @@ async def test_memory_is_listed_added_forgotten_and_cleared_by_admins(
     asked = await teammate.mention("when are releases cut?")
     await teammate.shown(asked["id"], "Thursdays.")
     request = teammate.model.requests[-1]
-    assert "#1: Releases are cut on Thursdays." in request.system_tail
+    assert "#1: Releases are cut on Thursdays." in channel_context(request)
     assert "Thursdays" not in request.system_prompt
 
     assert await ephemeral(teammate, memory(teammate, user=BOB, forget=1)) == "Forgot note #1."

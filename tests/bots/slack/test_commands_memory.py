@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.bots.runner_helpers import channel_context
 from tests.bots.slack.e2e_harness import ALICE, BOB
 from tests.bots.slack.test_commands import running
 from tests.fakes.slack_server import FakeSlack
@@ -26,7 +27,7 @@ async def test_people_list_add_and_forget_notes_and_answers_see_them(
         await app.mention("which database is staging?")
         await app.runner.wait_all()
         request = app.models["scripted"].requests[-1]
-        assert "#1: The staging database is pg-stage-2." in request.system_tail
+        assert "#1: The staging database is pg-stage-2." in channel_context(request)
         assert "pg-stage-2" not in request.system_prompt
 
         assert (await app.command("memory forget #1"))["text"] == "Forgot note #1."
