@@ -129,6 +129,9 @@ class FakeAnthropic:
         # produced after. A set, because a test may script the same block twice.
         self.bindings: dict[str, set[str]] = {}
         self.dropped_thinking = 0  # blocks dropped under drop_block, over all requests
+        # Every error answered to POST /v1/messages, scripted or not, as (status, message):
+        # an end-to-end test asserts that the API never refused what the adapter sent.
+        self.errors: list[tuple[int, str]] = []
 
     def add(self, *replies: Reply) -> None:
         self._replies.extend(replies)
@@ -166,6 +169,14 @@ class FakeAnthropic:
     # -- the endpoint --------------------------------------------------------------------------
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
+        response = await self._answer(request)
+        body = response.body if isinstance(response, web.Response) else None
+        if response.status >= 400 and isinstance(body, bytes):
+            error = json.loads(body).get("error") or {}
+            self.errors.append((response.status, str(error.get("message", ""))))
+        return response
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         size = request.content_length
         if (len(await request.read()) if size is None else size) > MAX_BODY_BYTES:
             return _json(error_reply(413, "request_too_large", REQUEST_TOO_LARGE))
@@ -509,6 +520,8 @@ def validate_request(body: dict[str, Any]) -> str | None:
                 return f"messages.{number}: text content blocks must contain non-whitespace text"
             if kind == "tool_result" and isinstance(block.get("content"), list):
                 for inner in block["content"]:
+                    if not isinstance(inner, dict):
+                        continue
                     if inner.get("type") == "text" and not str(inner.get("text", "")).strip():
                         return (
                             f"messages.{number}: text content blocks must contain "

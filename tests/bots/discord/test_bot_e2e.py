@@ -9,7 +9,8 @@ import copy
 import io
 import re
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,19 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from bots.app import Closeable
+from bots.channel_tools import channel_tools_factory
 from bots.discord.access import ADMIN_TEXT, GUILD_TEXT, PERSON_TEXT
 from bots.discord.bot import DISCORD_RULES, FEEDBACK_TEXT, NO_THREADS_TEXT, TeammateBot
 from bots.discord.events import stop_custom_id
 from bots.discord.surface import TOKEN_LIFE_S, WORKING_TEXT, DiscordSurfaces
+from bots.memory import ChannelMemory
 from bots.runner import ConversationRunner
 from bots.settings import DiscordSettings, Settings
 from core.messages import Text
+from core.models.base import Model
 from core.models.scripted import Reply, ScriptedModel, call
-from core.tools import AgentTool, ToolContext, ToolResult
+from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
 from storage.sqlite import SqliteStore
 from tests.bots.runner_helpers import channel_context
 from tests.fakes.discord_server import BOT_TOKEN, FakeDiscord, user_payload
@@ -131,6 +136,25 @@ def discord_settings() -> DiscordSettings:
 async def teammate(
     fake_discord: FakeDiscord, tmp_path: Path, discord_settings: DiscordSettings
 ) -> AsyncIterator[Teammate]:
+    async with started_teammate(fake_discord, tmp_path, discord_settings) as harness:
+        yield harness
+
+
+@asynccontextmanager
+async def started_teammate(
+    fake_discord: FakeDiscord,
+    tmp_path: Path,
+    discord_settings: DiscordSettings,
+    *,
+    model_factory: Callable[[Settings], Callable[[str], Model]] | None = None,
+    tools: Sequence[AnyTool] | None = None,
+    channel_tools: bool = False,
+    **fields: Any,
+) -> AsyncIterator[Teammate]:
+    """The bot on a runner and store in `tmp_path`, ready. By default ScriptedModel and the
+    gate tool; `model_factory` makes the runner's models from the settings instead (the real
+    adapter), `tools` replaces the toolset, `channel_tools` adds remember / forget, and
+    `fields` are more settings."""
     guild_id = next(iter(fake_discord.guilds))
     general = fake_discord.add_channel(guild_id, name="general")["id"]
     fake_discord.add_role(guild_id, name="teammates", role_id=ROLE)
@@ -138,14 +162,20 @@ async def teammate(
     model = ScriptedModel()
     gate = GateTool()
     settings = Settings(
-        data_dir=tmp_path, discord=discord_settings.model_copy(update={"dev_guild_id": guild_id})
+        data_dir=tmp_path,
+        discord=discord_settings.model_copy(update={"dev_guild_id": guild_id}),
+        **fields,
     )
+    models = model_factory(settings) if model_factory is not None else None
+    toolset: Sequence[AnyTool] = [gate] if tools is None else tools
+    memory = ChannelMemory(store, settings.memory, settings.secrets())
     runner = ConversationRunner(
         store=store,
         settings=settings,
-        model_factory=lambda _model_id: model,
-        toolset_factory=lambda _channel: [gate],
+        model_factory=models if models is not None else lambda _model_id: model,
+        toolset_factory=lambda _channel: toolset,
         platform_rules=DISCORD_RULES,
+        channel_tools=channel_tools_factory(settings, memory) if channel_tools else None,
     )
     harness = Teammate(fake_discord, runner, store, model, gate, Clock(), settings, general)
     await harness.start_bot()
@@ -154,6 +184,8 @@ async def teammate(
     finally:
         await harness.stop_bot()
         await runner.close()
+        if isinstance(models, Closeable):
+            await models.aclose()
         await store.close()
 
 
@@ -636,7 +668,9 @@ async def test_admins_set_the_channels_prompt_and_model_and_a_restart_keeps_them
     teammate.model.add(Reply(text="Arr."))
     asked = await teammate.mention("hello")
     await teammate.shown(asked["id"], "Arr.")
+    # The channel's instructions reach the model as a context note, not in the system prompt.
     assert "Answer like a pirate." in channel_context(teammate.model.requests[-1])
+    assert "Answer like a pirate." not in teammate.model.requests[-1].system_prompt
     assert chosen == ["scripted"]
     cleared = await ephemeral(teammate, config(teammate, reset=True))
     assert "extra instructions: none" in cleared

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from bots.app import ModelFactory
+from bots.channel_tools import channel_tools_factory
+from bots.memory import ChannelMemory
 from bots.runner import ConversationRunner
 from bots.settings import Settings
 from bots.slack.app import SLACK_RULES, SlackBot
@@ -170,20 +173,39 @@ async def running(
     model: Model,
     *,
     mode: Mode = "http",
-    tools: Sequence[AnyTool] = (),
+    tools: Sequence[AnyTool] | Callable[[], Sequence[AnyTool]] = (),
+    real_model: str | None = None,
+    channel_tools: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[Harness]:
-    """The app as `teammate slack` runs it, on `data_dir` (reuse it to restart)."""
+    """The app as `teammate slack` runs it, on `data_dir` (reuse it to restart).
+
+    `real_model`: that model id on the Anthropic adapter, with the key and base URL given in
+    `overrides` (a fake Messages API's), instead of `model`. `channel_tools`: the channel's
+    own tools too (remember / forget), as `teammate slack` gives them. `tools` may be a
+    callable, asked at each run (an MCP server's list can change between two questions)."""
+    if real_model is not None:
+        overrides["model"] = real_model
     settings = settings_for(fake, data_dir, **overrides)
     bot = SlackBot(settings)
     store = await SqliteStore.open(settings.database_path)
+    models = ModelFactory(settings) if real_model is not None else None
+    memory = ChannelMemory(store, settings.memory, settings.secrets())
+
+    def model_for(_model_id: str) -> Model:
+        return models(_model_id) if models is not None else model
+
+    def toolset(_channel: str) -> Sequence[AnyTool]:
+        return tools() if callable(tools) else tools
+
     runner = ConversationRunner(
         store=store,
         settings=settings,
-        model_factory=lambda _model_id: model,
-        toolset_factory=lambda _channel: tools,
+        model_factory=model_for,
+        toolset_factory=toolset,
         platform_rules=SLACK_RULES,
         surfaces=bot.surfaces,
+        channel_tools=channel_tools_factory(settings, memory) if channel_tools else None,
     )
     try:
         await bot.start(runner)
@@ -197,6 +219,8 @@ async def running(
     finally:
         await bot.shutdown(grace_s=5.0)
         await runner.close()
+        if models is not None:
+            await models.aclose()
         await store.close()
 
 
