@@ -62,6 +62,7 @@ from core.messages import (
     Usage,
 )
 from core.models.base import Model
+from core.models.catalog import retired_model
 from core.tools import AnyTool
 from storage.base import (
     Accepted,
@@ -92,6 +93,10 @@ OVERSIZED_TEXT = (
     "a file and ask about it."
 )
 STALE_STOP_TEXT = "That answer has already finished; nothing was stopped."
+RETIRED_MODEL_TEXT = (
+    "This channel's model {model} was retired on {date} and no longer answers, so I'm using "
+    "{fallback}. An admin can choose another with `/teammate config model`."
+)
 LEASE_LOST_TEXT = "Another Teammate instance took over this conversation."
 # How long a run's end may take to show before the run is closed in the store anyway.
 FINAL_SHOWN_WAIT_S = 30.0
@@ -655,7 +660,17 @@ class ConversationRunner:
         overrides = ChannelConfig.from_stored(
             await self.store.get_channel_config(conversation.channel_key)
         )
-        model = self._model(overrides.model or self.settings.model_for(conversation.channel_key))
+        model_id = overrides.model or self.settings.model_for(conversation.channel_key)
+        retired = retired_model(model_id)
+        if retired is not None:
+            # Saved with /teammate config before it retired: answer with the deployment's model
+            # (settings refuse a retired one at start-up) and say so, rather than fail.
+            fallback = self.settings.model
+            retired_text = RETIRED_MODEL_TEXT.format(
+                model=model_id, date=retired.retired, fallback=fallback
+            )
+            model_id = fallback
+        model = self._model(model_id)
         batch = await self._refuse_oversized(state, run, batch, model)
         if not batch:
             return
@@ -670,6 +685,8 @@ class ConversationRunner:
         )
         run.id = record.id
         run.feed.put(RunStarted(conversation.key, run.id, author))
+        if retired is not None:
+            run.feed.put(Notice(retired_text, "warning"))
         for queued in batch[1:]:
             self._acknowledge(queued, DELIVERED_TEXT)
 

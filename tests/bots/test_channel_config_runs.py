@@ -168,3 +168,23 @@ async def test_one_runner_for_several_platforms_gives_each_channel_its_own_platf
     assert "Discord markdown rules." in discord.system_prompt
     assert "Slack" not in discord.system_prompt
     await runner.close()
+
+
+async def test_a_stored_model_that_has_since_retired_answers_with_the_deployments_model(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    # Saved with /teammate config while it still ran (config refuses it now): the channel keeps
+    # being answered, by the deployment's model, and people are told why and what to do.
+    models = Models()
+    runner = runner_for(store, tmp_path, models, [ReadTool()])
+    await store.set_channel_config(CHANNEL, {"model": "claude-opus-4-1"}, by="U1")
+    surface = RecordingSurface()
+    await runner.submit(incoming("hi"), surface)
+    await runner.wait(KEY)
+
+    assert "claude-opus-4-1" not in models.made
+    assert [end.outcome for end in surface.finished()] == ["done"]
+    (notice,) = surface.notices()
+    assert "claude-opus-4-1 was retired on 2026-08-05" in notice.text
+    assert "using file-default" in notice.text and "/teammate config model" in notice.text
+    await runner.close()
