@@ -16,7 +16,7 @@ import json
 import logging
 from dataclasses import dataclass
 
-from bots.prompt import summary_text
+from bots.prompt import is_context_note, summary_text
 from bots.settings import CompactionSettings
 from core.messages import (
     AssistantMessage,
@@ -160,6 +160,8 @@ def transcript_lines(messages: list[Message]) -> list[str]:
     """The older turns as plain text lines for the summariser (tool output clipped)."""
     lines: list[str] = []
     for message in messages:
+        if is_context_note(message):
+            continue  # the channel's context: given again, current, after the summary
         if isinstance(message, UserMessage):
             name = message.author.name if message.author else "user"
             lines.append(f"{name}: {message.text()}")

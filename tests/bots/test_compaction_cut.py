@@ -42,3 +42,14 @@ def test_an_assistant_without_results_closes_its_batch() -> None:
     )
     cut = find_cut(history, 100)
     assert cut is not None and cut.recent[0].seq == 4
+
+
+def test_the_channel_context_note_is_not_summarised_it_is_given_again_after() -> None:
+    # The summary would otherwise carry a stale copy of the channel's memory and instructions
+    # beside the current one the runner appends after a compaction.
+    from bots.compaction import transcript_lines
+    from bots.prompt import channel_context_text
+
+    note = UserMessage(content=channel_context_text(instructions="Be brief.", memory=""))
+    lines = transcript_lines([UserMessage(content="[Ada] hi"), note])
+    assert lines == ["user: [Ada] hi"]
