@@ -8,7 +8,8 @@ this (parent) process before the case starts, so building them is not measured.
 
 Cases: ReDoS in grep (a lookahead forces the Python engine: catastrophic backtracking), a glob
 bomb in find, a stacked gzip (2 GiB inside a few KB) in web_fetch, a 2 MB HTML page in
-web_fetch, an edit of a 60 MB file, and a 100-megapixel PNG read by the read tool. `idle` is
+web_fetch, an edit of a 60 MB file, a 100-megapixel PNG read by the read tool, and a read of
+60 MB of newlines (60 million lines: the window is found by counting, never split whole). `idle` is
 the heartbeat alone: the floor of the measurement. `--extras` adds the largest inputs the tools
 still accept (an edit just under the edit cap; six parallel reads of an image at the pixel cap).
 
@@ -152,6 +153,15 @@ def _png(path: Path, side: int, channels: int) -> int:
     return path.stat().st_size
 
 
+NEWLINES_BYTES = 60 * 1024 * 1024
+
+
+def build_newlines(work: Path) -> str:
+    (work / "ws").mkdir()
+    (work / "ws" / "blank.txt").write_bytes(b"\n" * NEWLINES_BYTES)
+    return f"{NEWLINES_BYTES // 2**20} MB of newlines ({NEWLINES_BYTES:,} lines), read whole"
+
+
 def build_image(work: Path) -> str:
     (work / "ws").mkdir()
     size = _png(work / "ws" / "bomb.png", IMAGE_SIDE, 1)
@@ -258,6 +268,12 @@ async def run_edit(work: Path) -> str:
     return await _call(EditTool(), params, _ctx(work))
 
 
+async def run_newlines(work: Path) -> str:
+    from tools.files import ReadParams, ReadTool
+
+    return await _call(ReadTool(), ReadParams(path="blank.txt"), _ctx(work))
+
+
 async def run_image(work: Path) -> str:
     from tools.files import ReadParams, ReadTool
 
@@ -283,6 +299,7 @@ CASES: dict[str, Case] = {
     "web_fetch_html_2mb": (build_html, run_html),
     "edit_60mb": (build_edit, run_edit),
     "read_image_bomb": (build_image, run_image),
+    "read_60mb_newlines": (build_newlines, run_newlines),
 }
 # Not hostile, but the worst that is still accepted: run with --extras.
 EXTRAS: dict[str, Case] = {

@@ -438,13 +438,29 @@ def open_dir(root: Root, raw: str) -> tuple[int, str]:
     raise ToolError(f"'{raw}' kept changing while it was being opened; try again.")
 
 
+_READ_CHUNK = 1024 * 1024
+
+
 def read_fd(fd: int, shown: str, *, max_bytes: int) -> bytes:
-    """Read a whole file descriptor (closing it), refusing more than `max_bytes`."""
+    """Read a whole file descriptor (closing it), refusing more than `max_bytes`. A buffer the
+    file's size is allocated, not one of `max_bytes` (a small file read under a 64 MB cap
+    cost 64 MB); a file that grows meanwhile is read on in chunks up to the cap."""
+    too_large = f"'{shown}' is larger than {_mb(max_bytes)}; use grep to search it."
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise ToolError(f"'{shown}' is larger than {_mb(max_bytes)}; use grep to search it.")
-    return data
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            raise ToolError(too_large)
+        chunks = [handle.read(size + 1)] if size else []
+        total = sum(len(chunk) for chunk in chunks)
+        while total <= max_bytes:
+            more = handle.read(min(_READ_CHUNK, max_bytes + 1 - total))
+            if not more:
+                break
+            chunks.append(more)
+            total += len(more)
+    if total > max_bytes:
+        raise ToolError(too_large)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_file(root: Root, raw: str, *, max_bytes: int) -> tuple[bytes, str]:
