@@ -180,10 +180,10 @@ def _read_text(
     if start >= total:
         raise ToolError(f"offset {start + 1} is past the end of {shown}, which has {total} lines.")
     end = total if limit is None else min(total, start + limit)
-    first = _line_start(text, 0, start)
+    begin = _line_start(text, 0, start)
     # One line more than a read shows at most, so truncation is judged as on the whole file.
-    after = _line_start(text, first, min(end - start, DEFAULT_MAX_LINES + 1))
-    selected = split_lines(text[first:after])
+    stop = _line_start(text, begin, min(end - start, DEFAULT_MAX_LINES + 1))
+    selected = split_lines(text[begin:stop])
     joined = "\n".join(selected)
     if selected and not selected[-1]:
         joined += "\n"  # else an empty last line is lost to the join, and with it the notice
