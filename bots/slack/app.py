@@ -32,6 +32,7 @@ from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import Settings, SettingsError
 from bots.slack.events import SlackMessage
 from bots.slack.files import FileFetcher
+from bots.slack.http_gate import MAX_BODY_BYTES, HttpGate
 from bots.slack.listeners import SlackIdentity, SlackListeners
 from bots.slack.surface import SlackFeatures, SlackSurface, SlackSurfaces, SurfaceOptions
 from bots.slack.users import UserNames
@@ -103,6 +104,7 @@ class SlackBot:
         self._closing = False
         self._socket: Any | None = None
         self._http: Any | None = None  # aiohttp AppRunner
+        self.gate: HttpGate | None = None  # HTTP mode's front door, once listening
         self._runner: ConversationRunner | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -184,16 +186,14 @@ class SlackBot:
             self.settings.slack_signing_secret.get_secret_value()
         ):
             raise SettingsError("SLACK_SIGNING_SECRET is not set (needed for HTTP mode)")
-        from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-
         await self.replay_journal()
-
-        async def events(request: web.Request) -> web.Response:
-            bolt_response = await self.bolt.async_dispatch(await to_bolt_request(request))
-            return await to_aiohttp_response(bolt_response)
-
-        web_app = web.Application(client_max_size=4 * 1024 * 1024)
-        web_app.router.add_post(EVENTS_PATH, events)
+        # Capped, verified on the raw bytes and parsed off the loop when large, before bolt
+        # (which would parse first): bots.slack.http_gate.
+        self.gate = HttpGate(
+            self.settings.slack_signing_secret.get_secret_value(), self.bolt.async_dispatch
+        )
+        web_app = web.Application(client_max_size=MAX_BODY_BYTES)
+        web_app.router.add_post(EVENTS_PATH, self.gate.handle)
         runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         site = web.TCPSite(runner, host, port)

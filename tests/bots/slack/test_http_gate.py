@@ -1,0 +1,57 @@
+"""HTTP mode's gate: the signature is checked on the raw bytes before anything is parsed, bodies
+are capped at what Slack sends, and refusals are counted one-liners (issue 23, item 1: one
+unsigned 4 MiB form body stalled the event loop for every conversation; a `payload=` of nested
+brackets was a 500 with a RecursionError traceback in the log, every time)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from core.models.scripted import ScriptedModel
+from tests.bots.slack.e2e_harness import SECRET, message_event, running
+from tests.fakes.slack_server import FakeSlack, signed_request
+
+
+async def post_unsigned(url: str, body: bytes, content_type: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, data=body, headers={"Content-Type": content_type}) as got:
+            return got.status, await got.text()
+
+
+async def test_unsigned_and_hostile_bodies_are_refused_before_parsing(
+    fake_slack: FakeSlack, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = ScriptedModel([])
+    caplog.set_level(logging.INFO)
+    async with running(fake_slack, tmp_path, model) as app:
+        big_form = b"a=" + b"x" * (900 * 1024)
+        nested = b"payload=" + b"%5B" * (300 * 1024)
+        statuses = [
+            await post_unsigned(app.url, big_form, "application/x-www-form-urlencoded"),
+            await post_unsigned(app.url, nested, "application/x-www-form-urlencoded"),
+            await post_unsigned(app.url, b'{"type": "event_callback"}', "application/json"),
+        ]
+        # Signed with the right secret but hostile: refused with a clear 400, not a 500.
+        signed_nested = await signed_request(
+            app.url, nested.decode(), SECRET, content_type="application/x-www-form-urlencoded"
+        )
+        too_big = await post_unsigned(app.url, b"a=" + b"x" * (4 * 1024 * 1024), "text/plain")
+        # And a genuine event still gets its acknowledgement.
+        genuine = await signed_request(
+            app.url, fake_slack.event_callback(message_event(fake_slack, "hello")), SECRET
+        )
+        await app.settle()
+    assert [status for status, _ in statuses] == [401, 401, 401]
+    assert signed_nested.status == 400
+    assert too_big[0] == 413
+    assert genuine.status == 200
+    assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
+    refusals = [
+        r for r in caplog.records if "refused" in r.getMessage() and "Slack" in r.getMessage()
+    ]
+    assert refusals and all(r.exc_info is None for r in refusals)
+    assert len(refusals) <= 3  # counted, not a line (and a traceback) per request
