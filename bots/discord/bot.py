@@ -26,7 +26,6 @@ from discord.ext import commands
 
 from bots.budgets import utc_day_start
 from bots.channel_config import (
-    ChannelConfigs,
     ConfigChange,
     ConfigView,
     describe,
@@ -53,7 +52,7 @@ from bots.discord.payloads import interaction_payload, message_payload
 from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
 from bots.incoming import Attachment, BackfillMessage, Incoming
 from bots.journal import EventJournal, Replay
-from bots.memory import ChannelMemory, MemoryCommand, run_memory_command
+from bots.memory import MemoryCommand, run_memory_command
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
 from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import DiscordSettings, Settings, SettingsError
@@ -131,8 +130,8 @@ class TeammateBot(commands.Bot):
         self._not_ours: OrderedDict[str, None] = OrderedDict()  # keys the store doesn't know
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False  # a graceful stop began: no new conversations or runs
-        self.configs = ChannelConfigs(runner.store, settings)
-        self.memory = ChannelMemory(runner.store, settings.memory, settings.secrets())
+        self.configs = runner.conversations.channel_configs(settings)
+        self.memory = runner.conversations.channel_memory(settings.memory, settings.secrets())
         self.journal = EventJournal(settings.data_dir / ASK_JOURNAL_DIR)
         self._replayed = False
         self._add_commands()
@@ -228,7 +227,7 @@ class TeammateBot(commands.Bot):
         for key in keys:
             if key in self._not_ours:
                 continue
-            if await self.runner.store.get_conversation(key) is not None:
+            if await self.runner.conversations.known(key):
                 self._threads.add(key)
                 found = True
             else:
@@ -285,7 +284,7 @@ class TeammateBot(commands.Bot):
         if not parsed.mentioned or parsed.is_dm or parsed.opens_thread:
             return False
         key = parsed.conversation_key
-        return key not in self._threads and await self.runner.store.get_conversation(key) is None
+        return key not in self._threads and not await self.runner.conversations.known(key)
 
     async def _thread_from(
         self, message: discord.Message | discord.PartialMessage, text: str
@@ -569,7 +568,7 @@ class TeammateBot(commands.Bot):
                 if done
                 else "There was nothing to forget here."
             )
-        summary = await self.runner.store.usage_summary(
+        summary = await self.runner.conversations.usage_summary(
             utc_day_start(self._wall_clock()), channel_key=context.channel_key
         )
         return "**Today in this channel** " + usage_today_text(summary)
@@ -665,7 +664,7 @@ class TeammateBot(commands.Bot):
         user_id = str(interaction.user.id)
         try:
             # Stored with the run (one vote per person, a new one replaces it): /usage counts it.
-            await self.runner.store.set_run_feedback(run_id, user_id, vote)
+            await self.runner.conversations.set_feedback(run_id, user_id, vote)
         except (KeyError, ValueError):
             log.warning("feedback for unknown run %s ignored", run_id)
             await interaction.response.send_message(UNKNOWN_RUN_TEXT, ephemeral=True)

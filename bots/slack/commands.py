@@ -27,13 +27,12 @@ from typing import Any
 from bots.access import access_refusal
 from bots.budgets import utc_day_start
 from bots.channel_config import (
-    ChannelConfigs,
     ConfigChange,
     allowed_tools,
     describe,
 )
 from bots.incoming import Incoming
-from bots.memory import ChannelMemory, parse_memory_words, run_memory_command
+from bots.memory import parse_memory_words, run_memory_command
 from bots.runner import ConversationRunner
 from bots.settings import ChannelConfig, Settings
 from core.messages import Author, Usage
@@ -109,8 +108,8 @@ class SlashCommands:
         self.runner = runner
         self.settings = settings
         self._clock = clock
-        self._configs = ChannelConfigs(runner.store, settings)  # one change at a time
-        self._memory = ChannelMemory(runner.store, settings.memory, settings.secrets())
+        self._configs = runner.conversations.channel_configs(settings)  # one change at a time
+        self._memory = runner.conversations.channel_memory(settings.memory, settings.secrets())
 
     async def answer(self, invocation: Invocation) -> str:
         refusal = self._refusal(invocation)
@@ -146,7 +145,7 @@ class SlashCommands:
         return access_refusal(self.settings, probe)
 
     async def _usage(self, invocation: Invocation) -> str:
-        summary = await self.runner.store.usage_summary(
+        summary = await self.runner.conversations.usage_summary(
             utc_day_start(self._clock()), channel_key=invocation.channel_key
         )
         answers = "answer" if summary.runs == 1 else "answers"
@@ -166,12 +165,12 @@ class SlashCommands:
         return f"Stopped {stopped} answer{'s' if stopped != 1 else ''} in this channel."
 
     async def _reset(self, invocation: Invocation) -> str:
-        conversations = await self.runner.store.channel_conversations(
+        keys = await self.runner.conversations.keys_in_channel(
             invocation.channel_key, limit=MAX_RESET_CONVERSATIONS
         )
         reset = 0
-        for conversation in conversations:
-            if await self.runner.reset(conversation.key):
+        for key in keys:
+            if await self.runner.reset(key):
                 reset += 1
         if reset == 0:
             return "There was nothing to forget in this channel."

@@ -321,7 +321,7 @@ class SlackListeners:
     async def _stop(self, message: SlackMessage) -> None:
         # A stop stores no message: claimed on its own, so a retry minutes later cannot stop
         # a run that started since.
-        if not await self._runner.store.claim_delivery(message.delivery_id):
+        if not await self._runner.conversations.claim_delivery(message.delivery_id):
             return
         by = Author(id=message.user_id, name=await self._names.name(message.user_id))
         result = self._runner.stop(message.conversation_key, by=by)
@@ -341,7 +341,7 @@ class SlackListeners:
 
     async def _refuse(self, message: SlackMessage, text: str) -> None:
         log.info("refused %s in %s", message.user_id, message.channel_key)
-        if await self._runner.store.claim_delivery(message.delivery_id):
+        if await self._runner.conversations.claim_delivery(message.delivery_id):
             await self._ephemeral(message.channel_id, message.user_id, message.thread_ts, text)
 
     async def handle_stop_click(self, click: ButtonClick) -> None:
@@ -377,7 +377,7 @@ class SlackListeners:
             log.warning("an agent_session_stopped event without a readable thread; ignored")
             return
         event_id, team_id, channel_id, thread_ts, user_id = stopped
-        if not await self._runner.store.claim_delivery(f"slack:event:{event_id}"):
+        if not await self._runner.conversations.claim_delivery(f"slack:event:{event_id}"):
             return  # a retry: the first one stopped it
         key = f"slack:{team_id}:{channel_id}:{thread_ts}"
         run_id = self._runner.current_run(key)
@@ -394,7 +394,7 @@ class SlackListeners:
             return
         run_id, choice = vote
         try:
-            await self._runner.store.set_run_feedback(run_id, click.user_id, choice)
+            await self._runner.conversations.set_feedback(run_id, click.user_id, choice)
         except (KeyError, ValueError):
             log.warning("feedback for unknown run %s ignored", run_id)
             return
@@ -438,7 +438,7 @@ class SlackListeners:
         if conversation_key in self._known:
             self._known.move_to_end(conversation_key)
             return True
-        found = await self._runner.store.get_conversation(conversation_key) is not None
+        found = await self._runner.conversations.known(conversation_key)
         if found:
             self._remember(conversation_key)
         return found

@@ -29,7 +29,9 @@ async def main(db: Path, data_dir: Path) -> None:
         platform_rules="",
     )
     surface = RecordingSurface("child")
-    await runner.submit(incoming("sleep forever"), surface)
+    # Its own delivery id: the test numbers its deliveries evt-1, evt-2… from the same helper,
+    # and a shared id would make the test's next message a duplicate of this one.
+    await runner.submit(incoming("sleep forever", delivery="crash-child-1"), surface)
     # The runner persists each message before showing it, so once the tool shows as started the
     # user message, the assistant's tool call and the run record are all committed.
     await surface.wait_for(lambda s: s.tool_starts())

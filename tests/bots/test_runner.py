@@ -495,7 +495,7 @@ async def test_crash_mid_run_is_repaired_reported_and_the_next_message_answered(
     assert repair_history(stored) == stored  # durable: nothing left to repair
 
     after = RecordingSurface()
-    await runner.submit(incoming("are you back?"), after)
+    assert await runner.submit(incoming("are you back?"), after) == "started"
     await runner.wait(KEY)
     assert after.finished()[0].final_text == "answered after the crash"
     assert roles(model.requests[0].messages) == ["user", "assistant", "tool_result", "user"]

@@ -677,7 +677,7 @@ class GatedSurfaces(RecordingSurfaces):
 
 
 async def test_waiting_after_recovery_covers_the_interrupted_notice_being_shown(
-    store: SqliteStore, tmp_path: Path
+    store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conversation = await store.get_or_create_conversation(KEY, channel_key=CHANNEL)
     await store.start_run(
@@ -685,7 +685,13 @@ async def test_waiting_after_recovery_covers_the_interrupted_notice_being_shown(
     )
     surfaces = GatedSurfaces()
     runner = make_runner(store, tmp_path, lambda _id: ScriptedModel(), surfaces=surfaces)
-    await runner.recover()
+    # A platform slower than recovery waits for: recovery closes the run and returns while
+    # the thread is still being told (its bound, 30 s in production, made short here).
+    monkeypatch.setattr("bots.runner.recovery.FINAL_SHOWN_WAIT_S", 0.01)
+    [recovered] = await runner.recover()
+    assert recovered.outcome == "interrupted"
+    [(_key, _ref, surface)] = surfaces.made
+    assert surface.finished() == []
 
     waiter = asyncio.ensure_future(runner.wait(KEY))
     for _ in range(20):
@@ -693,7 +699,6 @@ async def test_waiting_after_recovery_covers_the_interrupted_notice_being_shown(
     assert not waiter.done()  # the thread has not been told yet
     surfaces.gate.set()
     await waiter
-    [(_key, _ref, surface)] = surfaces.made
     assert [f.error_text for f in surface.finished()] == [INTERRUPTED_TEXT]
 
 

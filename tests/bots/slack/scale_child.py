@@ -26,8 +26,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from bots import runner as runner_module
 from bots.runner import ConversationRunner
+from bots.runner import instances as runner_instances
 from bots.settings import Settings
 from bots.slack.app import SLACK_RULES, SlackBot
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -89,7 +89,7 @@ def echo(request: ModelRequest) -> Reply:
 
 
 async def main(api_url: str, database_url: str, data_dir: Path, gates: Path) -> None:
-    runner_module.TAKEOVER_SWEEP_S = 1.0  # read on each sweep: a prompt takeover in tests
+    runner_instances.TAKEOVER_SWEEP_S = 1.0  # read on each sweep: a prompt takeover in tests
     settings = Settings(
         data_dir=data_dir,
         model="scripted",
