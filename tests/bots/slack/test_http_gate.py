@@ -17,9 +17,12 @@ from tests.fakes.slack_server import FakeSlack, signed_request
 
 
 async def post_unsigned(url: str, body: bytes, content_type: str) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(url, data=body, headers={"Content-Type": content_type}) as got:
-            return got.status, await got.text()
+    headers = {"Content-Type": content_type}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers=headers) as got,
+    ):
+        return got.status, await got.text()
 
 
 async def test_unsigned_and_hostile_bodies_are_refused_before_parsing(
