@@ -160,6 +160,31 @@ async def check_discord(settings: Settings, report: Report) -> None:
         )
     else:
         report("ok", "discord intents", f"runs {mode}")
+    report_public(app, settings, report)
+
+
+def report_public(app: dict[str, Any], settings: Settings, report: Report) -> None:
+    """A public bot can be added to any server by anyone, who can then mention or DM it."""
+    if not app.get("bot_public"):
+        report("ok", "discord access", "the application is private: only its owner adds it")
+        return
+    config = settings.discord
+    lists = config.allowed_guilds or config.allowed_channels or config.allowed_roles
+    guarded = (
+        "; the allow-lists keep strangers out"
+        if lists or config.allowed_users
+        else (
+            ": anyone who adds it to a server of their own can use its tools on your budget, "
+            "there and by DM. Set [discord] allowed_guilds (or allowed_users)"
+        )
+    )
+    report(
+        "warn",
+        "discord access",
+        "the application is public (Developer Portal → Bot → Public Bot)"
+        + guarded
+        + "; turn Public Bot off unless others must add it",
+    )
 
 
 @dataclass(slots=True, frozen=True)

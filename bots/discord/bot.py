@@ -31,7 +31,7 @@ from bots.channel_config import (
     describe,
     usage_today_text,
 )
-from bots.discord.access import ADMIN_TEXT, discord_refusal, is_admin
+from bots.discord.access import ADMIN_TEXT, is_admin
 from bots.discord.buttons import DYNAMIC_ITEMS
 from bots.discord.events import (
     DM,
@@ -48,6 +48,7 @@ from bots.discord.events import (
     parse_interaction,
     parse_message,
 )
+from bots.discord.memberships import DmMemberships
 from bots.discord.payloads import interaction_payload, message_payload
 from bots.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
 from bots.incoming import Attachment, BackfillMessage, Incoming
@@ -119,6 +120,7 @@ class TeammateBot(commands.Bot):
         self.runner = runner
         self.settings = settings
         self.config = settings.discord
+        self.memberships = DmMemberships(self, self.config)
         # The runner's factory for earlier runs' surfaces (recovery), bound to this bot.
         self.surfaces = surfaces or DiscordSurfaces()
         self.surfaces.attach(self)
@@ -237,11 +239,8 @@ class TeammateBot(commands.Bot):
         return found
 
     async def _answer_message(self, message: discord.Message, parsed: DiscordMessage) -> None:
-        refusal = discord_refusal(
-            self.config,
-            parsed.person,
-            guild_id=parsed.guild_id,
-            channel_id=parsed.parent_channel_id,
+        refusal = await self.memberships.refusal_for(
+            parsed.person, guild_id=parsed.guild_id, channel_id=parsed.parent_channel_id
         )
         if refusal is not None:
             # Ignored without a word: only slash commands get a (private) note.
@@ -406,11 +405,8 @@ class TeammateBot(commands.Bot):
     async def _refused(
         self, interaction: discord.Interaction[Any], context: InteractionContext
     ) -> bool:
-        refusal = discord_refusal(
-            self.config,
-            context.person,
-            guild_id=context.guild_id,
-            channel_id=context.parent_channel_id,
+        refusal = await self.memberships.refusal_for(
+            context.person, guild_id=context.guild_id, channel_id=context.parent_channel_id
         )
         if refusal is not None:
             await interaction.response.send_message(refusal, ephemeral=True)

@@ -107,6 +107,8 @@ class FakeDiscord:
         self.token = token
         self.bot_user: dict[str, Any] = user_payload(bot_id, "teammate", bot=True)
         self.guilds: dict[str, dict[str, Any]] = {}
+        self.members: dict[tuple[str, str], dict[str, Any]] = {}  # (guild, user) -> member
+        self.bot_public = False  # GET /oauth2/applications/@me
         self.channels: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, dict[str, Any]] = {}
         self.commands: dict[str | None, list[dict[str, Any]]] = {}  # guild id (None: global)
@@ -538,7 +540,25 @@ class FakeDiscord:
             ("POST", r"/channels/(\d+)/messages/(\d+)/threads", self._thread_from_message),
             ("POST", r"/channels/(\d+)/threads", self._thread_without_message),
             ("POST", r"/users/@me/channels", self._open_dm),
+            ("GET", r"/guilds/(\d+)/members/(\d+)", self._get_member),
         ]
+
+    def add_member(self, guild_id: str, user: dict[str, Any], roles: list[str]) -> None:
+        """`user` is a member of the guild with these role ids (`GET .../members/{id}`)."""
+        self.members[(guild_id, str(user["id"]))] = {
+            "user": user,
+            "roles": roles,
+            "joined_at": "2026-01-01T00:00:00+00:00",
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+        }
+
+    async def _get_member(self, r: RecordedRequest, guild_id: str, user_id: str) -> web.Response:
+        member = self.members.get((guild_id, user_id))
+        if member is None:
+            return _json({"message": "Unknown Member", "code": 10007}, 404)
+        return _json(member)
 
     async def _get_gateway(self, r: RecordedRequest) -> web.Response:
         return _json(
@@ -564,7 +584,7 @@ class FakeDiscord:
                 "name": "Teammate",
                 "icon": None,
                 "description": "",
-                "bot_public": False,
+                "bot_public": self.bot_public,
                 "bot_require_code_grant": False,
                 "owner": user_payload(1, "owner"),
                 "verify_key": "0" * 64,

@@ -8,6 +8,7 @@ import pytest
 
 from bots.discord.access import (
     CHANNEL_TEXT,
+    DM_TEXT,
     DMS_OFF_TEXT,
     GUILD_TEXT,
     PERSON_TEXT,
@@ -76,8 +77,17 @@ def test_a_disallowed_guild_or_channel_is_refused() -> None:
     assert discord_refusal(config, BOB, guild_id=GUILD, channel_id=CHANNEL) is None
     assert discord_refusal(config, BOB, guild_id="99", channel_id=CHANNEL) == GUILD_TEXT
     assert discord_refusal(config, BOB, guild_id=GUILD, channel_id="98") == CHANNEL_TEXT
-    # Guild and channel lists do not apply to DMs; `allow_dms` does.
-    assert discord_refusal(config, BOB, guild_id=None, channel_id="17") is None
+    # A DM is no way around the lists: only a member of an allowed guild is answered.
+    assert discord_refusal(config, BOB, guild_id=None, channel_id="17") == DM_TEXT
+    member = {GUILD: frozenset[str]()}
+    assert discord_refusal(config, BOB, guild_id=None, channel_id="17", memberships=member) is None
+    elsewhere = {"99": frozenset[str]()}
+    assert (
+        discord_refusal(config, BOB, guild_id=None, channel_id="17", memberships=elsewhere)
+        == DM_TEXT
+    )
+    # Without any list, everyone may DM, as before.
+    assert discord_refusal(DiscordSettings(), BOB, guild_id=None, channel_id="17") is None
     no_dms = DiscordSettings(allow_dms=False)
     assert discord_refusal(no_dms, BOB, guild_id=None, channel_id="17") == DMS_OFF_TEXT
 
@@ -86,8 +96,16 @@ def test_a_person_passes_by_user_or_role_or_being_an_admin() -> None:
     config = DiscordSettings(allowed_roles=[ROLE])
     assert discord_refusal(config, ADA, guild_id=GUILD, channel_id=CHANNEL) is None
     assert discord_refusal(config, BOB, guild_id=GUILD, channel_id=CHANNEL) == PERSON_TEXT
-    # Roles exist only in a guild: a DM needs the person listed by id.
-    assert discord_refusal(config, ADA, guild_id=None, channel_id="17") == PERSON_TEXT
+    # In a DM, the person's roles are those of their membership in an admitting guild.
+    assert discord_refusal(config, ADA, guild_id=None, channel_id="17") == DM_TEXT
+    with_role = {GUILD: frozenset({ROLE})}
+    assert (
+        discord_refusal(config, BOB, guild_id=None, channel_id="1", memberships=with_role) is None
+    )
+    without = {GUILD: frozenset({"5"})}
+    assert discord_refusal(config, BOB, guild_id=None, channel_id="1", memberships=without) == (
+        DM_TEXT
+    )
     by_user = DiscordSettings(allowed_users=[BOB.user_id])
     assert discord_refusal(by_user, BOB, guild_id=None, channel_id="17") is None
     assert discord_refusal(by_user, ADA, guild_id=GUILD, channel_id=CHANNEL) == PERSON_TEXT

@@ -82,11 +82,30 @@ async def test_doctor_checks_the_token_and_says_the_intent_mode(
     done = await teammate("doctor", env=without, cwd=tmp_path)
     assert "ok    discord intents: runs without the Message Content intent" in done.out
 
+    assert "ok    discord access: the application is private" in done.out
+
     wrong = discord_env(tmp_path, data_dir, fake, DISCORD_BOT_TOKEN="not-the-token")
     done = await teammate("doctor", env=wrong, cwd=tmp_path)
     assert done.code == 1
     assert "fail  discord: GET " in done.out and "DISCORD_BOT_TOKEN was refused" in done.out
     assert "not-the-token" not in done.out + done.err
+
+
+async def test_doctor_warns_when_the_application_is_public(
+    fake: FakeDiscord, tmp_path: Path, data_dir: Path
+) -> None:
+    fake.bot_public = True
+    done = await teammate("doctor", env=discord_env(tmp_path, data_dir, fake), cwd=tmp_path)
+    (line,) = [line for line in done.out.splitlines() if "discord access" in line]
+    assert line.startswith("warn  discord access: the application is public")
+    assert "anyone who adds it to a server of their own" in line and "allowed_guilds" in line
+    guarded = discord_env(
+        tmp_path, data_dir, fake, TEAMMATE_DISCORD__ALLOWED_GUILDS=f'["{fake.snowflake()}"]'
+    )
+    done = await teammate("doctor", env=guarded, cwd=tmp_path)
+    (line,) = [line for line in done.out.splitlines() if "discord access" in line]
+    assert line.startswith("warn  discord access: the application is public")
+    assert "the allow-lists keep strangers out" in line
 
 
 def readme_permissions() -> set[str]:
