@@ -59,7 +59,7 @@ from storage.base import (
     Vote,
 )
 from storage.batching import Batcher, Op
-from storage.migrations import (
+from storage.sqlite_migrations import (
     MIGRATIONS,
     Migration,
     inspect,
@@ -125,7 +125,7 @@ async def _connect(
     parses_messages: bool,
 ) -> Db:
     """An aiosqlite connection whose sqlite3 connection runs `setup` on the driver's thread
-    as it is made (checks, pragmas, migrations: synchronous, as `storage.migrations` is).
+    as it is made (checks, pragmas, migrations: synchronous, as `storage.sqlite_migrations` is).
 
     A connection that cannot be made or set up is closed (waiting for its thread) before the
     error is raised: aiosqlite's own failure path leaves its thread to stop unobserved."""

@@ -43,7 +43,7 @@ def test_the_default_set_is_whatever_exists_of_the_core_modules(tmp_path: Path) 
         "core/messages.py",
         "storage/sqlite.py",
         "storage/sqlite_rows.py",
-        "storage/migrations.py",
+        "storage/sqlite_migrations.py",
         "bots/runner/__init__.py",
         "bots/runner/budgets.py",
         "bots/inbox.py",
