@@ -65,6 +65,7 @@ DEFAULT_PATTERNS = (
     "bots/surface_feed.py",
     "storage/sqlite.py",
     "storage/sqlite_*.py",
+    "storage/rows.py",  # rows to records, shared by both backends (was storage/sqlite_rows.py)
     "storage/batching.py",  # the SQLite store's group commit (shared with any other backend)
     "bots/slack/events.py",  # the Slack payload translator
     "bots/discord/events.py",  # the Discord one, when it lands
