@@ -61,9 +61,9 @@ from bots.terminal import (
     run_chat,
 )
 from storage.base import DatabaseDamaged
-from storage.migrations import MIGRATIONS
 from storage.postgres import PostgresStore, is_postgres_url, redact_url
 from storage.sqlite import SqliteStore
+from storage.sqlite_migrations import MIGRATIONS
 from tools.bash import probe_sandbox
 
 log = logging.getLogger(__name__)

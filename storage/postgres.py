@@ -3,8 +3,8 @@ on one database (docs/architecture.md, "Storage" and "Several instances").
 
 Owns: the SQL behind every store method on PostgreSQL, the connection pool, opening a
 database (checks, then migrations), conversation leases and the notifications instances send
-each other. Mapping rows to records, and the statements several methods share, is
-`postgres_rows`; the schema is `postgres_migrations`.
+each other. Mapping rows to records is `storage.rows` (shared with SQLite); the statements
+several methods share are `postgres_rows`; the schema is `postgres_migrations`.
 
 How it stays correct and fast:
 - Each store method is ONE transaction on one pooled connection, in as few round trips as
@@ -37,7 +37,9 @@ import asyncpg
 
 from core.messages import Message, Usage, UserMessage, dump_message
 from storage import postgres_memory as memory
-from storage import postgres_rows as rows
+from storage import postgres_rows as pg_rows
+from storage import postgres_schedules as scheduling
+from storage import rows
 from storage.base import (
     Accepted,
     Compaction,
@@ -341,7 +343,7 @@ class PostgresStore:
         statement, so one snapshot."""
 
         async def body(connection: asyncpg.Connection) -> LoadedConversation:
-            row = await connection.fetchrow(rows.LOAD, conversation_id)
+            row = await connection.fetchrow(pg_rows.LOAD, conversation_id)
             if row is None:
                 raise KeyError(f"no conversation with id {conversation_id}")
             compaction = (
@@ -439,7 +441,7 @@ class PostgresStore:
             # notify the other instances on commit.
             try:
                 row = await connection.fetchrow(
-                    rows.ACCEPT
+                    pg_rows.ACCEPT
                     + ", "
                     + self._instances.inbox_notify_sql("$12", "conv.id", "$5", "item.id", "$13"),
                     claims,
@@ -463,7 +465,7 @@ class PostgresStore:
             # New means nothing was ever said here: no history and nothing accepted before.
             created = int(row[7]) == 0 and int(row[8]) == 1
             if created and earlier:
-                await rows.append_many(connection, conversation.id, earlier, None, now)
+                await pg_rows.append_many(connection, conversation.id, earlier, None, now)
             item = InboxItem(
                 id=int(row[9]),
                 conversation_id=conversation.id,
@@ -534,10 +536,10 @@ class PostgresStore:
 
         async def body(connection: asyncpg.Connection) -> list[StoredMessage]:
             try:
-                row = await connection.fetchrow(rows.DELIVER, conversation_id, ids, now, run_id)
+                row = await connection.fetchrow(pg_rows.DELIVER, conversation_id, ids, now, run_id)
             except asyncpg.ForeignKeyViolationError:
                 raise KeyError(f"no run with id {run_id}") from None
-            return rows.delivered(conversation_id, row, known)
+            return pg_rows.delivered(conversation_id, row, known)
 
         stored = await self._call(body) if ids else []
         self._forget(ids)
@@ -610,7 +612,7 @@ class PostgresStore:
         async def body(connection: asyncpg.Connection) -> RunRecord:
             if ids:  # the run and its first messages: one statement
                 row = await connection.fetchrow(
-                    rows.START_RUN_DELIVERING,
+                    pg_rows.START_RUN_DELIVERING,
                     conversation_id,
                     ids,
                     now,
@@ -620,7 +622,7 @@ class PostgresStore:
                     surface_json,
                     owner_json,
                 )
-                rows.delivered(conversation_id, row, known)
+                pg_rows.delivered(conversation_id, row, known)
                 assert row is not None
                 return record(int(row[1]), str(row[3]), row[2])
             row = await connection.fetchrow(
@@ -655,9 +657,9 @@ class PostgresStore:
         now = self._clock()
 
         async def body(connection: asyncpg.Connection) -> RunRecord:
-            row = await connection.fetchrow(rows.FINISH_RUN, outcome, error, now, run_id)
+            row = await connection.fetchrow(pg_rows.FINISH_RUN, outcome, error, now, run_id)
             if row is None:  # finished already (the first finish wins), or unknown
-                return await rows.run_by_id(connection, run_id)
+                return await pg_rows.run_by_id(connection, run_id)
             return rows.run_record(row)
 
         return await self._call(body)
@@ -668,7 +670,7 @@ class PostgresStore:
 
         async def body(connection: asyncpg.Connection) -> RunRecord:
             # One statement: a run's ref changes a few times per answer (its messages posted).
-            row = await connection.fetchrow(rows.SET_SURFACE_REF, ref_json, run_id)
+            row = await connection.fetchrow(pg_rows.SET_SURFACE_REF, ref_json, run_id)
             if row is None:
                 raise KeyError(f"no run with id {run_id}")
             return rows.run_record(row)
@@ -680,7 +682,7 @@ class PostgresStore:
 
         async def body(connection: asyncpg.Connection) -> list[RunRecord]:
             found = await connection.fetch(
-                f"{rows.RUN_SELECT} WHERE r.outcome = 'running' ORDER BY r.started_at, r.id"
+                f"{pg_rows.RUN_SELECT} WHERE r.outcome = 'running' ORDER BY r.started_at, r.id"
             )
             return [rows.run_record(row) for row in found]
 
@@ -885,7 +887,7 @@ class PostgresStore:
 
         await self._call(body)
 
-    # --- a channel's memory and scheduled work (SQL in `postgres_memory`) -----------------
+    # --- a channel's memory and scheduled work (`postgres_memory`, `postgres_schedules`) --
 
     async def memory_notes(self, channel_key: str) -> list[MemoryNote]:
         return await self._call(lambda connection: memory.notes(connection, channel_key))
@@ -925,7 +927,7 @@ class PostgresStore:
         now = self._clock()
 
         async def body(connection: asyncpg.Connection) -> Schedule:
-            return await memory.add_schedule(
+            return await scheduling.add_schedule(
                 connection,
                 channel_key,
                 prompt,
@@ -941,37 +943,39 @@ class PostgresStore:
         return await self._call(body, transaction=True)
 
     async def schedules(self, channel_key: str) -> list[Schedule]:
-        return await self._call(lambda connection: memory.schedules(connection, channel_key))
+        return await self._call(lambda connection: scheduling.schedules(connection, channel_key))
 
     async def cancel_schedule(self, channel_key: str, schedule_id: int) -> bool:
         return await self._call(
-            lambda connection: memory.cancel(connection, channel_key, schedule_id)
+            lambda connection: scheduling.cancel(connection, channel_key, schedule_id)
         )
 
     async def due_schedules(self, now: float, *, limit: int) -> list[Schedule]:
-        return await self._call(lambda connection: memory.due(connection, now, limit))
+        return await self._call(lambda connection: scheduling.due(connection, now, limit))
 
     async def claim_schedule(
         self, schedule_id: int, *, due_at: float, next_run_at: float | None, now: float
     ) -> Schedule | None:
         return await self._call(
-            lambda connection: memory.claim(connection, schedule_id, due_at, next_run_at, now)
+            lambda connection: scheduling.claim(connection, schedule_id, due_at, next_run_at, now)
         )
 
     async def unsettled_schedule_runs(self, claimed_before: float, *, limit: int) -> list[Schedule]:
         return await self._call(
-            lambda connection: memory.unsettled(connection, claimed_before, limit)
+            lambda connection: scheduling.unsettled(connection, claimed_before, limit)
         )
 
     async def reclaim_schedule_run(
         self, schedule_id: int, *, due_at: float, since: float, now: float
     ) -> Schedule | None:
         return await self._call(
-            lambda connection: memory.reclaim(connection, schedule_id, due_at, since, now)
+            lambda connection: scheduling.reclaim(connection, schedule_id, due_at, since, now)
         )
 
     async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
-        return await self._call(lambda connection: memory.settle(connection, schedule_id, due_at))
+        return await self._call(
+            lambda connection: scheduling.settle(connection, schedule_id, due_at)
+        )
 
     # --- several instances (storage.base.InstanceCoordination) -----------------------------
 

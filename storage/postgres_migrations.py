@@ -3,7 +3,7 @@
 Owns: every `CREATE`/`ALTER` the PostgreSQL store relies on, the `schema_migrations` table
 that records which ran (version, name, when), and the decision whether a database may be used.
 
-Rules (as for SQLite's `storage/migrations.py`):
+Rules (as for SQLite's `storage/sqlite_migrations.py`):
 - A migration, once released, is never edited, renamed or reordered: append a new one. Names
   are `mNNN_what_it_does`, numbers strictly increasing from 1; version = how many ran.
 - All pending migrations run in ONE transaction under a transaction-scoped advisory lock, so

@@ -1,42 +1,23 @@
-"""Rows to records for the PostgreSQL store, and the SQL several of its methods share.
+"""The SQL several PostgreSQL store methods share, and the rows only its statements answer.
 
-Owns: turning asyncpg records into `storage.base` records, the column lists, and the
-statements more than one store method runs inside its transaction (appending messages,
-delivering inbox items, reading a run with its usage). Every function runs on a connection
-the caller holds, inside the caller's transaction.
+Owns: the statements more than one store method runs inside its transaction (appending
+messages, delivering inbox items, reading a run with its usage), the column arrays `APPEND`
+takes and the rows `DELIVER` answers. Every function runs on a connection the caller holds,
+inside the caller's transaction. Rows every backend reads alike are `storage.rows`.
 
 Must not: acquire connections or open transactions; import `tools` or `bots`.
 """
 
 from __future__ import annotations
 
-import gc
-import json
 from collections.abc import Sequence
-from typing import Any, cast, get_args
+from typing import Any
 
 import asyncpg
 
 from core.messages import Message, Usage, UserMessage, load_message
-from storage.base import (
-    Compaction,
-    Conversation,
-    InboxItem,
-    RunOutcome,
-    RunRecord,
-    SchemaError,
-    StoredMessage,
-)
-
-OUTCOMES: frozenset[str] = frozenset(get_args(RunOutcome))
-
-CONVERSATION_COLUMNS = "id, key, channel_key, title, settings, created_at, updated_at"
-
-USAGE_SUMS = (
-    "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-    "COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0), "
-    "COALESCE(SUM(cost_usd), 0.0)"
-)
+from storage.base import RunRecord, StoredMessage
+from storage.rows import CONVERSATION_COLUMNS, USAGE_SUMS, run_record
 
 # A run with its usage: a running run's is the ledger so far, a finished one's was totalled
 # when it finished. One query, however many runs.
@@ -213,17 +194,6 @@ def delivered(
     ]
 
 
-def dump_json(value: dict[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def load_json_object(text: str) -> dict[str, Any]:
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise SchemaError(f"a stored configuration is not a JSON object: {text[:80]!r}")
-    return value
-
-
 def columns_of(messages: Sequence[tuple[Message, str]]) -> list[list[str | None]]:
     """`APPEND`'s column arrays for `(message, its JSON)` pairs."""
     roles: list[str | None] = []
@@ -277,86 +247,6 @@ async def append_many(
     if first is None:
         raise KeyError(f"no conversation with id {conversation_id}")
     return int(first)
-
-
-def conversation_from(row: Sequence[Any]) -> Conversation:
-    """A row that starts with `CONVERSATION_COLUMNS`."""
-    return Conversation(
-        id=int(row[0]),
-        key=str(row[1]),
-        channel_key=str(row[2]),
-        title=row[3],
-        settings=json.loads(row[4]),
-        created_at=float(row[5]),
-        updated_at=float(row[6]),
-    )
-
-
-def inbox_item(conversation_id: int, row: Sequence[Any]) -> InboxItem:
-    """An inbox row as `(id, body, surface_ref, received_at)`."""
-    return InboxItem(
-        id=int(row[0]),
-        conversation_id=conversation_id,
-        message=load_message(row[1]),
-        surface_ref=json.loads(row[2]),
-        received_at=float(row[3]),
-    )
-
-
-def compaction_from(conversation_id: int, row: Sequence[Any]) -> Compaction:
-    """`(id, summary, up_to_seq, details, created_at)`."""
-    return Compaction(
-        id=int(row[0]),
-        conversation_id=conversation_id,
-        summary=str(row[1]),
-        up_to_seq=int(row[2]),
-        created_at=float(row[4]),
-        details=json.loads(row[3]),
-    )
-
-
-def stored_messages(rows: Sequence[Sequence[Any]]) -> list[StoredMessage]:
-    """`(seq, body)` rows, parsed with the cyclic GC paused (see `sqlite_rows`: nothing here
-    forms cycles, and its passes over a big heap would double a long load)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return [StoredMessage(seq=int(row[0]), message=load_message(row[1])) for row in rows]
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def run_record(row: Sequence[Any]) -> RunRecord:
-    """A `RUN_SELECT` row."""
-    outcome = str(row[3])
-    if outcome not in OUTCOMES:
-        raise SchemaError(f"run {row[0]} has an unknown outcome {outcome!r}")
-    return RunRecord(
-        id=int(row[0]),
-        conversation_id=int(row[1]),
-        conversation_key=str(row[2]),
-        outcome=cast(RunOutcome, outcome),
-        started_at=float(row[4]),
-        finished_at=None if row[5] is None else float(row[5]),
-        user_id=row[6],
-        channel_key=row[7],
-        model=row[8],
-        error=row[9],
-        surface_ref=json.loads(row[10]),
-        owner=json.loads(row[11]),
-        usage=usage_of(row[12:17]),
-    )
-
-
-def usage_of(row: Sequence[Any]) -> Usage:
-    return Usage(
-        input=int(row[0]),
-        output=int(row[1]),
-        cache_read=int(row[2]),
-        cache_write=int(row[3]),
-        cost=float(row[4]),
-    )
 
 
 async def run_by_id(connection: asyncpg.Connection, run_id: int) -> RunRecord:

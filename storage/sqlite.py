@@ -3,7 +3,7 @@
 Owns: the store (`SqliteStore`): its two connections, their pragmas, opening a file (checks,
 then migrations), and the SQL of its simple reads. The SQL of every write (and of the reads
 the runner makes many at once) is `sqlite_ops`; when calls run alone and when together is
-`storage.batching`; rows to records is `sqlite_rows`.
+`storage.batching`; rows to records is `storage.rows` (shared with PostgreSQL).
 
 How it stays correct and fast (docs/architecture.md, "Storage"):
 - Two connections on one file (WAL): a writer, and a reader. Each has a batcher: a call made
@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiosqlite
 
 from core.messages import Message, Usage, dump_message
+from storage import rows
 from storage import sqlite_memory as memory
-from storage import sqlite_rows as rows
+from storage import sqlite_schedules as scheduling
 from storage.base import (
     Accepted,
     Compaction,
@@ -59,7 +60,7 @@ from storage.base import (
     Vote,
 )
 from storage.batching import Batcher, Op
-from storage.migrations import (
+from storage.sqlite_migrations import (
     MIGRATIONS,
     Migration,
     inspect,
@@ -125,7 +126,7 @@ async def _connect(
     parses_messages: bool,
 ) -> Db:
     """An aiosqlite connection whose sqlite3 connection runs `setup` on the driver's thread
-    as it is made (checks, pragmas, migrations: synchronous, as `storage.migrations` is).
+    as it is made (checks, pragmas, migrations: synchronous, as `storage.sqlite_migrations` is).
 
     A connection that cannot be made or set up is closed (waiting for its thread) before the
     error is raised: aiosqlite's own failure path leaves its thread to stop unobserved."""
@@ -707,7 +708,7 @@ class SqliteStore:
         config_json = rows.dump_json(config)  # raises TypeError before anything is written
         await self._write(CHANNEL_CONFIG, (channel_key, config_json, by, self._clock()))
 
-    # --- a channel's memory and scheduled work (SQL in `sqlite_memory`) -------------------
+    # --- a channel's memory and scheduled work (`sqlite_memory`, `sqlite_schedules`) ------
 
     async def memory_notes(self, channel_key: str) -> list[MemoryNote]:
         return await self._read(lambda db: memory.read_notes(db, channel_key))
@@ -747,33 +748,33 @@ class SqliteStore:
             max_active,
             self._clock(),
         )
-        return await self._write(memory.ADD_SCHEDULE, call)
+        return await self._write(scheduling.ADD_SCHEDULE, call)
 
     async def schedules(self, channel_key: str) -> list[Schedule]:
-        return await self._read(lambda db: memory.read_schedules(db, channel_key))
+        return await self._read(lambda db: scheduling.read_schedules(db, channel_key))
 
     async def cancel_schedule(self, channel_key: str, schedule_id: int) -> bool:
-        return await self._write(memory.CANCEL_SCHEDULE, (channel_key, schedule_id))
+        return await self._write(scheduling.CANCEL_SCHEDULE, (channel_key, schedule_id))
 
     async def due_schedules(self, now: float, *, limit: int) -> list[Schedule]:
-        return await self._read(lambda db: memory.read_due(db, now, limit))
+        return await self._read(lambda db: scheduling.read_due(db, now, limit))
 
     async def claim_schedule(
         self, schedule_id: int, *, due_at: float, next_run_at: float | None, now: float
     ) -> Schedule | None:
-        return await self._write(memory.CLAIM_SCHEDULE, (schedule_id, due_at, next_run_at, now))
+        return await self._write(scheduling.CLAIM_SCHEDULE, (schedule_id, due_at, next_run_at, now))
 
     async def unsettled_schedule_runs(self, claimed_before: float, *, limit: int) -> list[Schedule]:
-        return await self._read(lambda db: memory.read_unsettled(db, claimed_before, limit))
+        return await self._read(lambda db: scheduling.read_unsettled(db, claimed_before, limit))
 
     async def reclaim_schedule_run(
         self, schedule_id: int, *, due_at: float, since: float, now: float
     ) -> Schedule | None:
         call = (schedule_id, due_at, since, now)
-        return await self._write(memory.RECLAIM_SCHEDULE_RUN, call)
+        return await self._write(scheduling.RECLAIM_SCHEDULE_RUN, call)
 
     async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
-        return await self._write(memory.SETTLE_SCHEDULE_RUN, (schedule_id, due_at))
+        return await self._write(scheduling.SETTLE_SCHEDULE_RUN, (schedule_id, due_at))
 
 
 def _stop_all(connections: list[Db]) -> None:

@@ -3,8 +3,8 @@
 Owns: each write as a `storage.batching.Op` (its statements alone, and for many calls at
 once), the reads the runner makes many at once (loads, channel configuration), and the
 writer connection's TEMP tables and triggers that let one statement do a whole call.
-`storage/sqlite.py` owns the store, its connections and opening a file; `sqlite_rows` turns
-rows into records.
+`storage/sqlite.py` owns the store, its connections and opening a file; `storage.rows` turns
+rows into records (for both backends).
 
 How a call stays one statement (docs/architecture.md, "Storage"):
 - Appending is `INSERT INTO messages ... SELECT last_seq + 1 FROM conversations`; a TEMP
@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from core.messages import Message, Usage, UserMessage, load_message
-from storage import sqlite_rows as rows
+from storage import rows
 from storage.base import (
     Accepted,
     Compaction,
@@ -167,7 +167,7 @@ _RECORD_USAGE = (
     "SELECT id, conversation_id, user_id, channel_key, COALESCE(?, model), ?, ?, ?, ?, ?, ? "
     "FROM runs WHERE id = ?"
 )
-# A run as `sqlite_rows.run_record` reads it; a running run's usage is its ledger so far, a
+# A run as `rows.run_record` reads it; a running run's usage is its ledger so far, a
 # finished one's was totalled at finish. Usable in SELECT ... FROM runs and in RETURNING.
 RUN_FIELDS = ", ".join(
     [
@@ -1155,14 +1155,7 @@ async def _load_many(db: Db, conversation_ids: list[int]) -> list[LoadedConversa
         fields = json.loads(head)
         compaction = None
         if fields[7] is not None:
-            compaction = Compaction(
-                id=int(fields[7]),
-                conversation_id=int(cid),
-                summary=str(fields[8]),
-                up_to_seq=int(fields[9]),
-                created_at=float(fields[11]),
-                details=json.loads(fields[10]),
-            )
+            compaction = rows.compaction_from(int(cid), fields[7:12])
         heads[cid] = (rows.conversation_from(fields), compaction)
         messages[cid] = []
     return [

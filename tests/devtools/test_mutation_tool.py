@@ -42,8 +42,9 @@ def test_the_default_set_is_whatever_exists_of_the_core_modules(tmp_path: Path) 
         "core/history.py",
         "core/messages.py",
         "storage/sqlite.py",
-        "storage/sqlite_rows.py",
-        "storage/migrations.py",
+        "storage/sqlite_ops.py",
+        "storage/sqlite_migrations.py",
+        "storage/rows.py",
         "bots/runner/__init__.py",
         "bots/runner/budgets.py",
         "bots/inbox.py",
@@ -59,7 +60,8 @@ def test_the_default_set_is_whatever_exists_of_the_core_modules(tmp_path: Path) 
         "bots/inbox.py",
         "bots/surface_feed.py",
         "storage/sqlite.py",
-        "storage/sqlite_rows.py",
+        "storage/sqlite_ops.py",
+        "storage/rows.py",
     ]
 
 

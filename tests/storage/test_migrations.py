@@ -11,8 +11,8 @@ import pytest
 
 from core.messages import AssistantMessage, Author, Text, Usage, UserMessage, dump_message
 from storage.base import SchemaError
-from storage.migrations import APPLICATION_ID, MIGRATIONS, Migration, migrate
 from storage.sqlite import SqliteStore
+from storage.sqlite_migrations import APPLICATION_ID, MIGRATIONS, Migration, migrate
 
 
 def bytes_of(path: Path) -> bytes:
