@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -37,6 +36,7 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as EnvSourceError
 
 from core.models.catalog import DEFAULT_MODEL, RetiredModelError, retired_model
+from storage.dsn import dsn_secrets
 from tools.mcp_config import McpSettings
 from tools.toolset import ToolsConfig
 
@@ -371,8 +371,8 @@ class Settings(BaseSettings):
         ]
         found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
         found.extend(self.mcp.secret_values())  # what `[mcp.servers]` env/headers name
-        password = _url_password(self.database_url)
-        return [*found, password] if password else found
+        url = self.database_url.get_secret_value() if self.database_url is not None else None
+        return [*found, *dsn_secrets(url)]  # every form libpq takes: storage.dsn
 
     def require(self, name: str) -> str:
         """A secret that must be set for what is being started, or a one-line error naming it."""
@@ -380,15 +380,6 @@ class Settings(BaseSettings):
         if value is None or (isinstance(value, SecretStr) and not value.get_secret_value()):
             raise SettingsError(f"{env_name(name)} is not set (needed for this command)")
         return value.get_secret_value() if isinstance(value, SecretStr) else str(value)
-
-
-def _url_password(url: SecretStr | None) -> str | None:
-    if url is None:
-        return None
-    try:
-        return urlsplit(url.get_secret_value()).password
-    except ValueError:
-        return None
 
 
 def config_path() -> Path | None:

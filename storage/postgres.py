@@ -31,7 +31,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
@@ -59,6 +58,7 @@ from storage.base import (
     Vote,
 )
 from storage.batching import Batcher
+from storage.dsn import redact_dsn
 from storage.postgres_batch import APPEND, AppendCall, PgTransactions
 from storage.postgres_instances import Instances
 from storage.postgres_migrations import MIGRATIONS, PgMigration, inspect, migrate
@@ -75,16 +75,8 @@ _ACCEPTED_KEPT = 4096
 
 
 def redact_url(url: str) -> str:
-    """`url` without its password (for logs, errors and `teammate doctor`)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://(unparsable URL)"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    """`url` without its secrets (for logs, errors and `teammate doctor`): storage.dsn."""
+    return redact_dsn(url)
 
 
 def is_postgres_url(url: str | None) -> bool:
