@@ -115,7 +115,7 @@ def toolset_factory(
 
     async def build(channel_key: str) -> Sequence[AnyTool]:
         config = settings.tools_for(channel_key)
-        tools = build_toolset(config)
+        tools = build_toolset(config, hidden_paths=settings.private_paths())
         if mcp is not None:
             tools.extend(await mcp.tools(config.mcp_servers))
         return tools

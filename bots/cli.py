@@ -39,6 +39,7 @@ from bots.discord_platform import (
 from bots.errors import new_reference
 from bots.mcp_report import check_mcp, print_mcp_list
 from bots.model_report import check_models
+from bots.sandbox_report import report_sandbox
 from bots.serve import (
     DEFAULT_HTTP_PORT,
     SHUTDOWN_GRACE_S,
@@ -464,15 +465,7 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
     reachable = data_ok is None or settings.database_url is not None
     await check_models(settings, report, read_store=reachable)
 
-    sandbox = await asyncio.to_thread(probe_sandbox)
-    bash = settings.tools.bash
-    usage = "bash tool enabled" if settings.tools.bash_enabled else "bash tool disabled"
-    if sandbox.available:
-        report("ok", "sandbox", f"{sandbox.reason} ({sandbox.bwrap}); {usage}")
-    elif settings.tools.bash_enabled and bash.sandbox == "required":
-        report("fail", "sandbox", f"{sandbox.reason}, but tools.bash.sandbox is 'required'")
-    else:
-        report("warn", "sandbox", f"{sandbox.reason}; {usage}")
+    report_sandbox(settings, await asyncio.to_thread(probe_sandbox), report)
 
     rg = shutil.which("rg")
     if rg:

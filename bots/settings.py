@@ -374,6 +374,20 @@ class Settings(BaseSettings):
         url = self.database_url.get_secret_value() if self.database_url is not None else None
         return [*found, *dsn_secrets(url)]  # every form libpq takes: storage.dsn
 
+    def private_paths(self) -> list[str]:
+        """Teammate's own files, which no command it runs may see (tools.sandbox: shown empty):
+        the data directory (the database, every channel's workspace, journals), the
+        configuration file and the env file."""
+        paths = [self.data_dir.resolve()]
+        try:
+            config = config_path()
+        except SettingsError:
+            config = None
+        for path in (config, Path(".env")):
+            if path is not None and path.is_file():
+                paths.append(path.resolve())
+        return [str(path) for path in paths]
+
     def require(self, name: str) -> str:
         """A secret that must be set for what is being started, or a one-line error naming it."""
         value = getattr(self, name)

@@ -260,6 +260,7 @@ class BashTool(AgentTool[BashParams]):
         default_timeout_s: float = 120.0,
         max_timeout_s: float = 600.0,
         extra_ro_paths: Sequence[str] = (),
+        hidden_paths: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         update_interval_s: float = UPDATE_INTERVAL_S,
         limits: SandboxLimits | None = None,
@@ -277,6 +278,7 @@ class BashTool(AgentTool[BashParams]):
         self.max_timeout_s = min(max_timeout_s, HARD_MAX_TIMEOUT_S)
         self.default_timeout_s = min(default_timeout_s, self.max_timeout_s)
         self.extra_ro_paths = tuple(extra_ro_paths)
+        self.hidden_paths = tuple(hidden_paths)  # Teammate's own files: empty in the sandbox
         self.extra_env = dict(env or {})
         self.update_interval_s = update_interval_s
 
@@ -362,6 +364,7 @@ class BashTool(AgentTool[BashParams]):
                 seccomp_fd=seccomp,
                 disable_userns=self.sandbox.disable_userns,
                 tmpfs_size=self.sandbox.tmpfs_size,
+                hidden=self.hidden_paths,
             )
         return [*prefix, *shell] if prefix else shell
 

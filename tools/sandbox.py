@@ -95,9 +95,13 @@ def bwrap_command(
     seccomp_fd: int | None = None,
     disable_userns: bool = True,
     tmpfs_size: bool = True,
+    hidden: Sequence[str] = (),
 ) -> list[str]:
     """The bwrap command line running `command` with `workspace` as the only writable place
-    that persists. `seccomp_fd` must be passed on to bwrap (pass_fds)."""
+    that persists. `seccomp_fd` must be passed on to bwrap (pass_fds). `hidden`: Teammate's
+    own files (its data directory with every channel's workspace and the database, its
+    configuration and env files), shown empty wherever they lie: a bound system directory
+    (Teammate under /opt, say) would otherwise show them to every channel's commands."""
     limits = limits or SandboxLimits()
 
     def tmpfs(path: str, size: int) -> list[str]:
@@ -126,8 +130,17 @@ def bwrap_command(
     for path in MASKED_DIRS:
         if os.path.isdir(path):
             args += [*tmpfs(path, 4096), "--remount-ro", path]
+    hidden_dirs = [path for path in hidden if os.path.isdir(path)]
+    for path in hidden_dirs:  # read-only once the workspace (perhaps inside) is bound
+        args += tmpfs(path, 4096)
+    for path in hidden:
+        if os.path.isfile(path):
+            args += ["--ro-bind", "/dev/null", path]
     ws = str(workspace)
-    args += ["--bind", ws, ws, "--remount-ro", "/", "--chdir", ws, "--"]
+    args += ["--bind", ws, ws]
+    for path in hidden_dirs:
+        args += ["--remount-ro", path]
+    args += ["--remount-ro", "/", "--chdir", ws, "--"]
     return args + list(command)
 
 
