@@ -101,6 +101,10 @@ class SlackSettings(BaseModel):
     follow_ups: bool = True  # thread replies without a mention, where a channel doesn't say
     command: str = Field(default="/teammate", pattern=_SLASH_COMMAND)  # the slash command
     usage_footer: bool = False  # tokens and cost under each answer
+    # Workspaces of other organisations (Slack Connect) whose people may use Teammate: their
+    # team ids, or "*" for any. Empty: people of other organisations are refused with a note
+    # (they would drive the team's tools on the team's budget).
+    external_teams: list[str] = Field(default_factory=list)
 
 
 class ChannelConfig(BaseModel):

@@ -23,7 +23,7 @@ import enum
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from bots.incoming import Attachment, BackfillMessage, Incoming
@@ -125,6 +125,9 @@ class SlackMessage(_ThreadKeys):
     stop_requested: bool
     truncated: bool
     files: tuple[SlackFile, ...]
+    # The author's own workspace when it is another organisation's (a Slack Connect channel
+    # or DM): `user_team` where the envelope says the channel is shared externally.
+    external_team: str | None = None
 
     @property
     def delivery_id(self) -> str:
@@ -205,12 +208,28 @@ def parse_event(
         return Ignored(IgnoreReason.MALFORMED, "team_id")
     kind = event.get("type")
     if kind == "app_mention" or kind == "message":
-        return _message(event, kind, team_id, event_id, bot_user_id, bot_id, known_thread)
+        parsed = _message(event, kind, team_id, event_id, bot_user_id, bot_id, known_thread)
+        external = _external_team(body, event, team_id)
+        if isinstance(parsed, SlackMessage) and external is not None:
+            return replace(parsed, external_team=external)
+        return parsed
     if kind == "assistant_thread_started" or kind == "assistant_thread_context_changed":
         return _assistant_thread(event, kind, team_id, event_id)
     if isinstance(kind, str) and _EVENT_TYPE.fullmatch(kind):
         return Ignored(IgnoreReason.UNSUPPORTED_EVENT, kind)
     return Ignored(IgnoreReason.UNSUPPORTED_EVENT, "type")
+
+
+def _external_team(
+    body: Mapping[object, object], event: Mapping[object, object], team_id: str
+) -> str | None:
+    """The author's workspace if it is another organisation's: Slack marks a Slack Connect
+    channel's events `is_ext_shared_channel`, and the author's workspace is `user_team`. (In
+    an Enterprise Grid, a sibling workspace's people share the organisation: not external.)"""
+    if body.get("is_ext_shared_channel") is not True:
+        return None
+    user_team = _id(event.get("user_team")) or _id(event.get("source_team"))
+    return user_team if user_team is not None and user_team != team_id else None
 
 
 def _message(

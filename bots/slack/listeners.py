@@ -70,6 +70,19 @@ _SLACK_ID = re.compile(r"[A-Za-z0-9]{1,64}")  # as bots.slack.events accepts the
 _SLACK_TS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 MAX_TITLE_CHARS = 60
 DMS_OFF_TEXT = "Sorry, direct messages to me are turned off here. Mention me in a channel instead."
+EXTERNAL_TEXT = (
+    "Sorry, I answer only people of the workspace that runs me. "
+    "Its admins can let your organisation in ([slack] external_teams)."
+)
+
+
+def external_refusal(allowed: list[str], external_team: str | None) -> str | None:
+    """Why a person of another organisation may not use Teammate here, or None."""
+    if external_team is None or "*" in allowed or external_team in allowed:
+        return None
+    return EXTERNAL_TEXT
+
+
 IDLE_STOP_TEXT = "Nothing is running in this thread, so there was nothing to stop."
 SUGGESTED_PROMPTS = (
     {"title": "Summarise a thread", "message": "Summarise the discussion in this thread."},
@@ -258,7 +271,9 @@ class SlackListeners:
         if message.is_dm and not self._settings.slack.dms_enabled:  # assistant threads too
             await self._refuse(message, DMS_OFF_TEXT)
             return
-        refusal = access_refusal(self._settings, message.to_incoming(message.user_id))
+        refusal = external_refusal(self._settings.slack.external_teams, message.external_team)
+        if refusal is None:
+            refusal = access_refusal(self._settings, message.to_incoming(message.user_id))
         if refusal is not None:
             if message.mentioned or message.is_dm:  # asked Teammate: tell them why not
                 await self._refuse(message, refusal)
