@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -20,7 +21,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from bots.app import (
@@ -28,30 +29,22 @@ from bots.app import (
     require_model_credentials,
     setup_logging,
 )
-from bots.discord_platform import (
-    DiscordCheckError,
-    application_id,
-    check_discord,
-    discord_configured,
-    invite_url,
-    require_discord,
-)
+from bots.discord_platform import DiscordCheckError, DiscordPlatform, application_id, invite_url
 from bots.errors import new_reference
 from bots.mcp_report import check_mcp, print_mcp_list
 from bots.model_report import check_models
+from bots.platform import DEFAULT_HTTP_PORT, Platform, ServeOptions, Status
 from bots.sandbox_report import report_sandbox
 from bots.serve import (
-    DEFAULT_HTTP_PORT,
+    PLATFORMS,
     SHUTDOWN_GRACE_S,
-    Plan,
-    SlackMode,
+    configured_platforms,
     nothing_configured_text,
-    require_slack,
     serve,
-    slack_mode,
 )
 from bots.settings import Settings, SettingsError, config_path, load_settings
-from bots.slack.manifest import manifest_json, missing_scopes
+from bots.slack.manifest import manifest_json
+from bots.slack_platform import SlackPlatform
 from bots.terminal import (
     DEFAULT_CONVERSATION,
     TERMINAL_RULES,
@@ -68,8 +61,6 @@ from storage.sqlite_migrations import MIGRATIONS
 from tools.bash import probe_sandbox
 
 log = logging.getLogger(__name__)
-
-PROBE_TIMEOUT_S = 20.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -332,35 +323,26 @@ async def _print_invite(settings: Settings, given: str | None) -> int:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    mode: SlackMode | None
-    if args.command == "discord":
-        require_discord(settings)
-        mode = None
-    elif args.command == "slack":
-        mode = "http" if args.http else "socket"
-        require_slack(settings, mode)
+    platforms: tuple[type[Platform], ...]
+    if args.command in ("slack", "discord"):
+        # A platform's own command: what it needs, named even when nothing of it is set.
+        platforms = (SlackPlatform,) if args.command == "slack" else (DiscordPlatform,)
+        options = ServeOptions(http=bool(args.http)) if args.command == "slack" else ServeOptions()
+        platforms[0].require(settings, options)
     else:
-        found = slack_mode(settings, http=True if args.http else None)
-        if found is None and settings.slack_bot_token is not None:
-            raise SettingsError(
-                "SLACK_BOT_TOKEN is set, but Slack also needs SLACK_APP_TOKEN (Socket Mode) "
-                "or SLACK_SIGNING_SECRET (HTTP mode)"
-            )
-        if found is None and not discord_configured(settings):
-            sys.stderr.write(nothing_configured_text() + "\n")
+        options = ServeOptions(http=True if args.http else None)
+        platforms = PLATFORMS
+        if not configured_platforms(settings, options, platforms):
+            sys.stderr.write(nothing_configured_text(platforms) + "\n")
             return 2
-        mode = found
+    if hasattr(args, "host"):  # --http's address
+        options = dataclasses.replace(options, host=args.host, port=args.port)
     setup_logging(settings, stderr=sys.stderr if args.verbose else None)
-    plan = Plan(
-        slack=mode,
-        discord=args.command == "discord"
-        or (args.command == "serve" and discord_configured(settings)),
-        host=getattr(args, "host", "0.0.0.0"),
-        port=getattr(args, "port", DEFAULT_HTTP_PORT),
-    )
     if args.grace < 0:
         raise SettingsError("--grace: must be 0 or more seconds")
-    return asyncio.run(serve(settings, plan, err=sys.stderr, grace_s=args.grace))
+    return asyncio.run(
+        serve(settings, options, err=sys.stderr, platforms=platforms, grace_s=args.grace)
+    )
 
 
 def _fail(reason: str) -> None:
@@ -414,8 +396,6 @@ async def _chat(settings: Settings, name: str) -> int:
 
 
 # -- doctor --------------------------------------------------------------------------------------
-
-Status = Literal["ok", "info", "warn", "fail"]
 
 
 @dataclass(slots=True)
@@ -475,8 +455,8 @@ async def doctor(args: argparse.Namespace, out: TextIO) -> int:
     else:
         report("warn", "ripgrep", "not found; grep uses its slower Python engine")
 
-    await _check_slack(settings, report)
-    await check_discord(settings, report)
+    for platform in PLATFORMS:
+        await platform.doctor(settings, report)
     await check_mcp(settings, report)
 
     failed = [check for check in checks if check.status == "fail"]
@@ -537,80 +517,6 @@ def _writable(directory: Path) -> str | None:
     except OSError as exc:
         return exc.strerror or str(exc)
     return None
-
-
-async def _check_slack(settings: Settings, report: Any) -> None:
-    """The bot token with auth.test (and the scopes it was granted, from the `x-oauth-scopes`
-    header), the app token with apps.connections.open. Never prints a token: only Slack's
-    error names."""
-    bot_token = settings.slack_bot_token
-    if bot_token is None or not bot_token.get_secret_value():
-        report("info", "slack", "not configured (SLACK_BOT_TOKEN is not set)")
-        return
-    from slack_sdk.web.async_client import AsyncWebClient
-
-    api_url = settings.slack_api_url or "https://slack.com/api/"
-    api_url = api_url if api_url.endswith("/") else api_url + "/"
-    client = AsyncWebClient(token=bot_token.get_secret_value(), base_url=api_url)
-    try:
-        try:
-            response = await asyncio.wait_for(client.auth_test(), PROBE_TIMEOUT_S)
-        except Exception as exc:
-            report("fail", "slack", f"auth.test at {api_url} failed: {_slack_error(exc)}")
-            return
-        who = f"@{response.get('user')} ({response.get('user_id')})"
-        team = f"{response.get('team')} ({response.get('team_id')})"
-        report("ok", "slack", f"SLACK_BOT_TOKEN works: {who} in {team} via {api_url}")
-        headers = {str(k).lower(): str(v) for k, v in (response.headers or {}).items()}
-        missing = missing_scopes(headers.get("x-oauth-scopes"))
-        if missing:
-            report(
-                "fail",
-                "slack scopes",
-                f"missing {', '.join(missing)}: add them under OAuth & Permissions (or "
-                "recreate the app from `teammate slack manifest`), then reinstall it",
-            )
-        else:
-            report("ok", "slack scopes", "every scope Teammate uses is granted")
-        await _check_slack_app_token(settings, api_url, report)
-        secret = settings.slack_signing_secret
-        if secret is not None and secret.get_secret_value():
-            report("info", "slack signing secret", "set (HTTP mode: teammate slack --http)")
-    finally:
-        session = getattr(client, "session", None)
-        if session is not None and not session.closed:
-            await session.close()
-
-
-async def _check_slack_app_token(settings: Settings, api_url: str, report: Any) -> None:
-    app_token = settings.slack_app_token
-    if app_token is None or not app_token.get_secret_value():
-        report("info", "slack app token", "not set (Socket Mode needs SLACK_APP_TOKEN)")
-        return
-    from slack_sdk.web.async_client import AsyncWebClient
-
-    client = AsyncWebClient(base_url=api_url)
-    try:
-        opening = client.apps_connections_open(app_token=app_token.get_secret_value())
-        await asyncio.wait_for(opening, PROBE_TIMEOUT_S)
-        report("ok", "slack app token", "SLACK_APP_TOKEN works (Socket Mode can connect)")
-    except Exception as exc:
-        report("fail", "slack app token", f"apps.connections.open failed: {_slack_error(exc)}")
-    finally:
-        session = getattr(client, "session", None)
-        if session is not None and not session.closed:
-            await session.close()
-
-
-def _slack_error(exc: BaseException) -> str:
-    """Slack's error name (`invalid_auth`), or the failure's kind; never a token."""
-    response = getattr(exc, "response", None)
-    error = response.get("error") if response is not None and hasattr(response, "get") else None
-    if error:
-        return str(error)
-    if isinstance(exc, TimeoutError):
-        return f"no answer within {PROBE_TIMEOUT_S:.0f} s"
-    return type(exc).__name__
 
 
 def _configured(settings: Settings, names: list[str]) -> str:

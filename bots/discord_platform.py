@@ -5,8 +5,9 @@ Owns: what Discord needs to run (`DISCORD_BOT_TOKEN`, with `DISCORD_API_URL` /
 `applications.commands` scopes and exactly the permissions the README lists, from
 `discord.Permissions`), the token checks `teammate doctor` and `teammate discord invite` make
 (`GET /users/@me`, `GET /oauth2/applications/@me` at the API base: never printing the token),
-and `DiscordPlatform`: starting `TeammateBot` on the shared runner, waiting until it is on the
-gateway, and stopping it gracefully (no new work, answers in progress get the grace period).
+and `DiscordPlatform` (a `bots.platform.Platform`): starting `TeammateBot` on the shared runner,
+waiting until it is on the gateway, and stopping it gracefully (no new work, answers in progress
+get the grace period).
 
 Must not: know Discord's payloads (bots.discord does) or import bots.slack.
 """
@@ -17,10 +18,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import aiohttp
 
+from bots.platform import PlatformStartError, Report, ServeOptions
 from bots.runner import ConversationRunner
 from bots.scheduler import StartedThread
 from bots.settings import Settings, SettingsError
@@ -90,7 +92,7 @@ def intent_mode(settings: Settings) -> str:
     return "without the Message Content intent: mentions, replies to Teammate and DMs only"
 
 
-class DiscordCheckError(Exception):
+class DiscordCheckError(PlatformStartError):
     """A token check failed; the text is safe to show (never the token)."""
 
 
@@ -125,10 +127,6 @@ async def application_id(settings: Settings) -> str:
     if not isinstance(found, str) or not found.isdigit():
         raise DiscordCheckError("GET /oauth2/applications/@me: no application id in the answer")
     return found
-
-
-Status = Literal["ok", "info", "warn", "fail"]
-Report = Callable[[Status, str, str], None]
 
 
 async def check_discord(settings: Settings, report: Report) -> None:
@@ -194,18 +192,47 @@ class DiscordIdentity:
 
 
 class DiscordPlatform:
-    """`TeammateBot` on a shared runner: start, and a graceful stop."""
+    """`TeammateBot` on a shared runner (a `bots.platform.Platform`): start, and a graceful
+    stop. It takes events from `start` on: the gateway connects and syncs in one step."""
 
-    def __init__(self, settings: Settings) -> None:
+    name: ClassVar[str] = "discord"
+
+    def __init__(self, settings: Settings, options: ServeOptions | None = None) -> None:
         from bots.discord.surface import DiscordSurfaces
 
         self.settings = settings
         self.surfaces = DiscordSurfaces()
+        self.identity: DiscordIdentity | None = None
         self._bot: Any = None
         self._task: asyncio.Task[None] | None = None
         self._restore: Callable[[], None] | None = None
 
-    async def start(self, runner: ConversationRunner) -> DiscordIdentity:
+    @classmethod
+    def configured(cls, settings: Settings) -> bool:
+        return discord_configured(settings)
+
+    @classmethod
+    def require(cls, settings: Settings, options: ServeOptions) -> None:
+        require_discord(settings)
+
+    @classmethod
+    def setup_hint(cls) -> list[str]:
+        return [
+            "  Discord: set DISCORD_BOT_TOKEN (Developer Portal → Bot); `teammate discord invite`",
+            "           prints the link that adds the bot to a server (see README.md).",
+        ]
+
+    @classmethod
+    async def doctor(cls, settings: Settings, report: Report) -> None:
+        await check_discord(settings, report)
+
+    @property
+    def rules(self) -> str:
+        from bots.discord.bot import DISCORD_RULES
+
+        return DISCORD_RULES
+
+    async def start(self, runner: ConversationRunner) -> None:
         """Log in, connect to the gateway and sync the commands; raises `DiscordCheckError`
         when Discord refuses (the token, or the Message Content intent)."""
         from bots.discord.bot import create_bot
@@ -231,7 +258,12 @@ class DiscordPlatform:
             raise DiscordCheckError(problem)
         user = bot.user
         assert user is not None
-        return DiscordIdentity(name=user.name, user_id=str(user.id))
+        self.identity = DiscordIdentity(name=user.name, user_id=str(user.id))
+
+    async def connect(self) -> str:
+        """Connected since `start`: the line saying so."""
+        assert self.identity is not None
+        return f"Discord: connected as @{self.identity.name}, {intent_mode(self.settings)}."
 
     async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
         """Scheduled work (`bots.scheduler.ThreadStarter`), through the running bot."""
@@ -239,6 +271,9 @@ class DiscordPlatform:
             raise RuntimeError("Discord is not connected")
         started: StartedThread = await self._bot.start_thread(channel_key, text, for_user=for_user)
         return started
+
+    async def stop(self, grace_s: float) -> None:
+        await self.shutdown(grace_s=grace_s)
 
     async def shutdown(self, *, grace_s: float) -> None:
         """No new work; answers in progress get `grace_s`; then the gateway and the REST

@@ -365,15 +365,14 @@ class Settings(BaseSettings):
         return self.slack.follow_ups if channel_key.startswith("slack:") else True
 
     def secrets(self) -> list[str]:
-        """Every configured secret value, for redaction."""
-        values = [
-            self.anthropic_api_key,
-            self.slack_bot_token,
-            self.slack_app_token,
-            self.slack_signing_secret,
-            self.discord_bot_token,
+        """Every configured secret value, for redaction: each `SecretStr` setting (the model's
+        key, every platform's tokens), what `[mcp.servers]` names, the database URL's forms."""
+        values = [getattr(self, name) for name in type(self).model_fields if name != "database_url"]
+        found = [
+            v.get_secret_value()
+            for v in values
+            if isinstance(v, SecretStr) and v.get_secret_value()
         ]
-        found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
         found.extend(self.mcp.secret_values())  # what `[mcp.servers]` env/headers name
         url = self.database_url.get_secret_value() if self.database_url is not None else None
         return [*found, *dsn_secrets(url)]  # every form libpq takes: storage.dsn

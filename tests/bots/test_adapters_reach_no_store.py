@@ -15,6 +15,7 @@ ADAPTERS = [
     *sorted((ROOT / "bots" / "slack").rglob("*.py")),
     *sorted((ROOT / "bots" / "discord").rglob("*.py")),
     ROOT / "bots" / "discord_platform.py",
+    ROOT / "bots" / "slack_platform.py",
 ]
 
 
