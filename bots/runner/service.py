@@ -33,6 +33,11 @@ class ConversationService:
         """Whether Teammate has a conversation with this key (it took part in the thread)."""
         return await self._store.get_conversation(conversation_key) is not None
 
+    async def channel_of(self, conversation_key: str) -> str | None:
+        """The channel key of a known conversation, or None."""
+        conversation = await self._store.get_conversation(conversation_key)
+        return conversation.channel_key if conversation is not None else None
+
     async def keys_in_channel(self, channel_key: str, *, limit: int) -> list[str]:
         """The channel's conversations, the most recently created first, at most `limit`."""
         conversations = await self._store.channel_conversations(channel_key, limit=limit)
