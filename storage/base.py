@@ -363,10 +363,12 @@ class ConversationStore(Protocol):
         ...
 
     # feedback: one vote per person per run, changeable
-    async def set_run_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
+    async def set_run_feedback(
+        self, run_id: int, user_id: str, vote: Vote | None, *, channel_key: str | None = None
+    ) -> FeedbackTally:
         """Record `user_id`'s vote on a run, replacing their earlier one (None withdraws it);
-        returns the run's tally after the change. Unknown run: `KeyError`; a vote other than
-        "up", "down" or None: `ValueError`."""
+        returns the run's tally after the change. Unknown run, or with `channel_key` a run of
+        another channel: `KeyError`; a vote other than "up", "down" or None: `ValueError`."""
         ...
 
     # per-channel configuration set at run time (e.g. by a channel admin's slash command),

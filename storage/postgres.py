@@ -808,7 +808,9 @@ class PostgresStore:
 
     # --- feedback and channel configuration -----------------------------------------------
 
-    async def set_run_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
+    async def set_run_feedback(
+        self, run_id: int, user_id: str, vote: Vote | None, *, channel_key: str | None = None
+    ) -> FeedbackTally:
         """Record (or with None withdraw) `user_id`'s vote on the run; its tally after."""
         if vote not in ("up", "down", None):
             raise ValueError(f"a vote is 'up', 'down' or None, not {vote!r}")
@@ -818,11 +820,14 @@ class PostgresStore:
             # Locks the run's row: votes on one run are counted one after another.
             if (
                 await connection.fetchval(
-                    "SELECT true FROM runs WHERE id = $1 FOR KEY SHARE", run_id
+                    "SELECT true FROM runs WHERE id = $1 "
+                    "AND ($2::text IS NULL OR channel_key = $2) FOR KEY SHARE",
+                    run_id,
+                    channel_key,
                 )
                 is None
             ):
-                raise KeyError(f"no run {run_id}")
+                raise KeyError(f"no run {run_id}" + (f" in {channel_key}" if channel_key else ""))
             if vote is None:
                 await connection.execute(
                     "DELETE FROM run_feedback WHERE run_id = $1 AND user_id = $2", run_id, user_id

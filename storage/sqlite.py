@@ -691,11 +691,13 @@ class SqliteStore:
 
     # --- feedback and channel configuration -----------------------------------------------
 
-    async def set_run_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
+    async def set_run_feedback(
+        self, run_id: int, user_id: str, vote: Vote | None, *, channel_key: str | None = None
+    ) -> FeedbackTally:
         """Record (or with None withdraw) `user_id`'s vote on the run; its tally after."""
         if vote not in ("up", "down", None):
             raise ValueError(f"a vote is 'up', 'down' or None, not {vote!r}")
-        return await self._write(FEEDBACK, (run_id, user_id, vote, self._clock()))
+        return await self._write(FEEDBACK, (run_id, user_id, vote, self._clock(), channel_key))
 
     async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
         """The channel's stored configuration, or None if none was ever set."""

@@ -1031,10 +1031,19 @@ COMPACTION: Op[Db, CompactionCall, Compaction] = Op(
 )
 
 
-async def _feedback(db: Db, call: tuple[int, str, Vote | None, float]) -> FeedbackTally:
-    run_id, user_id, vote, now = call
-    if await fetchone(db, "SELECT 1 FROM runs WHERE id = ?", (run_id,)) is None:
-        raise KeyError(f"no run {run_id}")
+# run id, user id, vote, now, and the channel the run must be of (None: any).
+FeedbackCall = tuple[int, str, Vote | None, float, str | None]
+
+
+async def _feedback(db: Db, call: FeedbackCall) -> FeedbackTally:
+    run_id, user_id, vote, now, channel_key = call
+    found = await fetchone(
+        db,
+        "SELECT 1 FROM runs WHERE id = ? AND (? IS NULL OR channel_key = ?)",
+        (run_id, channel_key, channel_key),
+    )
+    if found is None:
+        raise KeyError(f"no run {run_id}" + (f" in {channel_key}" if channel_key else ""))
     if vote is None:
         await db.execute(
             "DELETE FROM run_feedback WHERE run_id = ? AND user_id = ?", (run_id, user_id)
@@ -1054,9 +1063,7 @@ async def _feedback(db: Db, call: tuple[int, str, Vote | None, float]) -> Feedba
     return FeedbackTally(up=int(up), down=int(down))
 
 
-FEEDBACK: Op[Db, tuple[int, str, Vote | None, float], FeedbackTally] = Op(
-    "set_run_feedback", one=_feedback
-)
+FEEDBACK: Op[Db, FeedbackCall, FeedbackTally] = Op("set_run_feedback", one=_feedback)
 
 
 async def _channel_config(db: Db, call: tuple[str, str, str | None, float]) -> None:

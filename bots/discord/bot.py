@@ -648,6 +648,12 @@ class TeammateBot(commands.Bot):
             return
         if await self._refused(interaction, parsed.context):
             return
+        key = parsed.conversation_key
+        if key != parsed.context.conversation_key and (
+            await self.runner.conversations.channel_of(key) != parsed.context.channel_key
+        ):  # a button naming a conversation of another channel: forged
+            await interaction.response.send_message(STALE_STOP_TEXT, ephemeral=True)
+            return
         result = self.runner.stop(
             parsed.conversation_key, run_id, by=parsed.context.person.author()
         )
@@ -658,9 +664,18 @@ class TeammateBot(commands.Bot):
         self, interaction: discord.Interaction[Any], run_id: int, vote: Literal["up", "down"]
     ) -> None:
         user_id = str(interaction.user.id)
+        parsed = parse_interaction(interaction_payload(interaction))
+        if not isinstance(parsed, ButtonPress):
+            await interaction.response.send_message(UNKNOWN_RUN_TEXT, ephemeral=True)
+            return
+        if await self._refused(interaction, parsed.context):
+            return
         try:
             # Stored with the run (one vote per person, a new one replaces it): /usage counts it.
-            await self.runner.conversations.set_feedback(run_id, user_id, vote)
+            # Only a run of the channel pressed in: an id naming another channel's is forged.
+            await self.runner.conversations.set_feedback(
+                run_id, user_id, vote, channel_keys=[parsed.context.channel_key]
+            )
         except (KeyError, ValueError):
             log.warning("feedback for unknown run %s ignored", run_id)
             await interaction.response.send_message(UNKNOWN_RUN_TEXT, ephemeral=True)

@@ -33,6 +33,11 @@ class ConversationService:
         """Whether Teammate has a conversation with this key (it took part in the thread)."""
         return await self._store.get_conversation(conversation_key) is not None
 
+    async def channel_of(self, conversation_key: str) -> str | None:
+        """The channel key of a known conversation, or None."""
+        conversation = await self._store.get_conversation(conversation_key)
+        return conversation.channel_key if conversation is not None else None
+
     async def keys_in_channel(self, channel_key: str, *, limit: int) -> list[str]:
         """The channel's conversations, the most recently created first, at most `limit`."""
         conversations = await self._store.channel_conversations(channel_key, limit=limit)
@@ -47,10 +52,27 @@ class ConversationService:
         """A channel's runs, usage and votes since `since`."""
         return await self._store.usage_summary(since, channel_key=channel_key)
 
-    async def set_feedback(self, run_id: int, user_id: str, vote: Vote | None) -> FeedbackTally:
-        """Record a person's vote on a run, replacing their earlier one. Unknown run:
-        `KeyError`; a vote other than "up", "down" or None: `ValueError`."""
-        return await self._store.set_run_feedback(run_id, user_id, vote)
+    async def set_feedback(
+        self,
+        run_id: int,
+        user_id: str,
+        vote: Vote | None,
+        *,
+        channel_keys: Sequence[str] | None = None,
+    ) -> FeedbackTally:
+        """Record a person's vote on a run of one of `channel_keys` (the channel the button
+        was clicked in; None: any), replacing their earlier one. Unknown run, or a run of
+        another channel: `KeyError`; a vote other than "up", "down" or None: `ValueError`."""
+        if channel_keys is None:
+            return await self._store.set_run_feedback(run_id, user_id, vote)
+        for channel_key in channel_keys:
+            try:
+                return await self._store.set_run_feedback(
+                    run_id, user_id, vote, channel_key=channel_key
+                )
+            except KeyError:
+                continue
+        raise KeyError(f"no run {run_id} in {', '.join(channel_keys) or 'no channel'}")
 
     def channel_configs(self, settings: Settings) -> ChannelConfigs:
         """A channel configuration editor for one adapter (one change at a time)."""

@@ -408,10 +408,28 @@ class SlackListeners:
             log.warning("a feedback button with an unreadable value was clicked")
             return
         run_id, choice = vote
+        # Counted only from people allowed here, and only for a run of the channel clicked in
+        # (a value naming another channel's run is a forgery): the key's team is the
+        # installation's, or the clicker's in a channel shared between workspaces.
+        channels = [
+            f"slack:{team}:{click.channel_id}"
+            for team in dict.fromkeys((self._identity.team_id, click.team_id))
+            if team
+        ]
+        if not click.channel_id or not channels:
+            return
+        name = await self._names.name(click.user_id)
+        clicker = _clicker(click, f"{channels[0]}:{click.thread_ts or ''}", name)
+        refusal = access_refusal(self._settings, clicker)
+        if refusal is not None:
+            await self._ephemeral(click.channel_id, click.user_id, click.thread_ts, refusal)
+            return
         try:
-            await self._runner.conversations.set_feedback(run_id, click.user_id, choice)
+            await self._runner.conversations.set_feedback(
+                run_id, click.user_id, choice, channel_keys=channels
+            )
         except (KeyError, ValueError):
-            log.warning("feedback for unknown run %s ignored", run_id)
+            log.warning("feedback for run %s, unknown in %s, ignored", run_id, channels)
             return
         log.info("feedback %s on run %s by %s", choice, run_id, click.user_id)
 

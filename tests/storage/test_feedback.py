@@ -38,6 +38,15 @@ async def test_votes_on_one_run_do_not_count_for_another(store: ConversationStor
     assert await store.set_run_feedback(second, "U1", "up") == FeedbackTally(up=1, down=0)
 
 
+async def test_a_vote_naming_a_run_of_another_channel_is_refused(store: ConversationStore) -> None:
+    run = await a_run(store, "slack:T:C1")
+    with pytest.raises(KeyError):
+        await store.set_run_feedback(run, "U1", "down", channel_key="slack:T:C2")
+    assert await store.set_run_feedback(run, "U1", "up", channel_key="slack:T:C1") == (
+        FeedbackTally(up=1, down=0)
+    )
+
+
 async def test_a_vote_on_an_unknown_run_or_of_an_unknown_kind_is_refused(
     store: ConversationStore,
 ) -> None:
