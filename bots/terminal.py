@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import getpass
 import os
+import re
 import signal
 import threading
 import time
@@ -90,6 +91,20 @@ def terminal_incoming(name: str, author: Author, text: str) -> Incoming:
         timestamp=time.time(),
         title=f"terminal conversation {name}",
     )
+
+
+# What a terminal would obey rather than show: C0 controls but newline and tab (ESC starts
+# colour, cursor, title and clipboard sequences), DEL, C1 controls, and the bidirectional
+# overrides that make text read differently from what it is. Tool results, MCP servers' names
+# and the model's own text are not ours: they never write these to a person's terminal.
+_TERMINAL_CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def printable(text: str) -> str:
+    """`text` with nothing a terminal would act on (see `_TERMINAL_CONTROLS`)."""
+    return _TERMINAL_CONTROLS.sub("", text)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -194,7 +209,7 @@ class TerminalSurface:
         self.failed = self.failed or event.outcome == "error"
         self._end_out_line()
         if not self._stream and event.final_text.strip():
-            self._out.write(event.final_text.rstrip("\n") + "\n")
+            self._out.write(printable(event.final_text.rstrip("\n")) + "\n")
             self._out.flush()
         if event.error_text and event.error_text not in self._notices:
             text = _one_line(event.error_text, 400)
@@ -206,6 +221,7 @@ class TerminalSurface:
                 self._line(f"✗ {text}")
 
     def _write_out(self, text: str) -> None:
+        text = printable(text)
         self._out.write(text)
         self._out.flush()
         self._out_open = not text.endswith("\n")
@@ -216,14 +232,14 @@ class TerminalSurface:
             self._out.flush()
             self._out_open = False
 
-    def _line(self, text: str) -> None:
+    def _line(self, text: str, *, style: tuple[str, str] = ("", "")) -> None:
         self._end_out_line()  # never glue a status line onto half a line of the answer
-        self._err.write(f"{self._label}{text}\n")
+        self._err.write(f"{self._label}{style[0]}{printable(text)}{style[1]}\n")
         self._err.flush()
 
     def _narrate(self, text: str) -> None:
         line = " ".join(text.split())  # one line among the tool lines, however it was written
-        self._line(f"{_DIM_ITALIC}{line}{_RESET}" if self._styled else line)
+        self._line(line, style=(_DIM_ITALIC, _RESET) if self._styled else ("", ""))
 
     def _flush(self) -> None:
         for stream in (self._out, self._err):

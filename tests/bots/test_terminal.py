@@ -290,3 +290,36 @@ async def test_chat_commands(tmp_path: Path) -> None:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
+
+
+HOSTILE = "\x1b]52;c;ZXZpbA==\x07\x1b[2J\x1b]0;pwned\x07\u202eevil\x00\x9b"
+
+
+async def test_nothing_a_terminal_would_obey_reaches_it_from_a_tool_or_the_model() -> None:
+    # An MCP server's tool name and error, a tool's output and the model's own text are not
+    # ours: OSC 52 (write the clipboard), clear screen, set title, bidi overrides, NUL and C1
+    # controls are left out; the text around them is shown (issue 23, Also).
+    for stream in (True, False):
+        surface, out, err = make_surface(stream=stream)
+        await surface.emit(RunStarted(KEY, 1, ADA))
+        await surface.emit(
+            ToolExecutionStart("call-1", f"mcp__x{HOSTILE}", {}, f"Look {HOSTILE}up")
+        )
+        await surface.emit(tool_end(f"mcp__x{HOSTILE}", f"bad {HOSTILE}thing", is_error=True))
+        answer = f"Done {HOSTILE}now."
+        if stream:
+            await surface.emit(text_delta(answer))
+            await surface.emit(assistant_end(answer))
+        await surface.emit(finished("done", answer, error_text=f"odd {HOSTILE}end"))
+        await surface.close()
+        shown = out.getvalue() + err.getvalue()
+        assert not any(ch in shown for ch in "\x1b\x07\x00\x9b\u202e"), repr(shown)
+        assert "Done ]52;c;ZXZpbA==[2J]0;pwnedevilnow." in out.getvalue()
+        assert "Look" in err.getvalue() and "bad" in err.getvalue()
+
+
+def test_printable_keeps_text_newlines_and_tabs() -> None:
+    from bots.terminal import printable
+
+    assert printable("a\tb\nc — ü 日本") == "a\tb\nc — ü 日本"
+    assert printable("x\x1b[31my\r") == "x[31my"
