@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import getpass
 import os
-import re
 import signal
 import threading
 import time
@@ -29,6 +28,7 @@ from bots.incoming import Incoming
 from bots.narration import thinking_narration
 from bots.runner import ConversationRunner
 from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
+from bots.terminal_text import printable
 from core.events import (
     AgentEnd,
     AgentStart,
@@ -91,20 +91,6 @@ def terminal_incoming(name: str, author: Author, text: str) -> Incoming:
         timestamp=time.time(),
         title=f"terminal conversation {name}",
     )
-
-
-# What a terminal would obey rather than show: C0 controls but newline and tab (ESC starts
-# colour, cursor, title and clipboard sequences), DEL, C1 controls, and the bidirectional
-# overrides that make text read differently from what it is. Tool results, MCP servers' names
-# and the model's own text are not ours: they never write these to a person's terminal.
-_TERMINAL_CONTROLS = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
-
-
-def printable(text: str) -> str:
-    """`text` with nothing a terminal would act on (see `_TERMINAL_CONTROLS`)."""
-    return _TERMINAL_CONTROLS.sub("", text)
 
 
 def _one_line(text: str, limit: int) -> str:

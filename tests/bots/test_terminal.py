@@ -319,7 +319,7 @@ async def test_nothing_a_terminal_would_obey_reaches_it_from_a_tool_or_the_model
 
 
 def test_printable_keeps_text_newlines_and_tabs() -> None:
-    from bots.terminal import printable
+    from bots.terminal_text import printable
 
     assert printable("a\tb\nc — ü 日本") == "a\tb\nc — ü 日本"
     assert printable("x\x1b[31my\r") == "x[31my"
