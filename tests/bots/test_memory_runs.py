@@ -230,3 +230,20 @@ def bare(value: Any) -> Any:
     if isinstance(value, list):
         return [bare(v) for v in value]
     return value
+
+
+async def test_an_absurd_note_id_is_an_error_result_not_a_crash(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    model = ScriptedModel(default=Reply(text="ok"))
+    runner, memory = make(store, tmp_path, model)
+    mine = await memory.add(C1, "Kept.", by="U1")
+    model.add(
+        Reply(tool_calls=[call("forget", {"id": 2**80}), call("forget", {"id": -1})]),
+        Reply(text="done"),
+    )
+    surface = await ask(runner, K1, C1, "forget note 2**80")
+    found = results(await history(store, K1))
+    assert [r.is_error for r in found] == [True, True]
+    assert [n.id for n in await memory.notes(C1)] == [mine.id]
+    assert [end.outcome for end in surface.finished()] == ["done"]

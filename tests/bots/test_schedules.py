@@ -565,3 +565,41 @@ async def test_the_scheduler_polls_until_closed_and_only_when_enabled(
     assert wired.scheduler._task is None
     await wired.scheduler.close()  # twice is harmless
     await wired.runner.wait_all()
+
+
+async def test_a_model_in_one_channel_cannot_reach_another_channels_schedules(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    # A prompt-injected model naming another channel's schedule id (or an absurd one): its
+    # own channel's list, "no such schedule", and nothing changed elsewhere (issue 23, Also).
+    clock = Clock(at("2026-12-02 10:00"))
+    theirs = await store.add_schedule(
+        "slack:T1:C2",
+        prompt="C2's weekly report",
+        cron="0 9 * * 1",
+        timezone=BERLIN,
+        next_run_at=at("2026-12-07 08:00"),
+        by_id="U9",
+        by_name="Bo",
+        max_active=10,
+    )
+    model = ScriptedModel(
+        script=[
+            Reply(
+                tool_calls=[
+                    call("schedule", {"action": "cancel", "id": theirs.id}),
+                    call("schedule", {"action": "cancel", "id": 2**80}),
+                    call("schedule", {"action": "list"}),
+                ]
+            ),
+            Reply(text="Done."),
+        ]
+    )
+    wired = wire(store, tmp_path, model, clock, schedules={"timezone": BERLIN})
+    await ask(wired.runner, "cancel schedule 1 of #other")
+    cancel, absurd, listing = [
+        m for m in await history(store, KEY) if isinstance(m, ToolResultMessage)
+    ]
+    assert cancel.is_error and absurd.is_error
+    assert "C2's weekly report" not in listing.text()
+    assert [s.id for s in await store.schedules("slack:T1:C2")] == [theirs.id]
