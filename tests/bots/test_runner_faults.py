@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bots.surface import Notice, SurfaceEvent
 from core.messages import Message, UserMessage
 from core.models.scripted import Reply, ScriptedModel
 from storage.sqlite import SqliteStore
@@ -76,3 +77,51 @@ async def test_a_batch_whose_run_cannot_start_is_answered_in_order_without_a_res
     assert conversation is not None
     assert await store.pending(conversation.id) == []  # nothing left for a restart to answer
     assert second.closed == 1 and third.closed == 1
+
+
+class TimesOutOnNotices(RecordingSurface):
+    """A surface whose platform call for a notice times out (`asyncio.timeout`, as aiohttp's
+    request timer under slack_sdk and discord.py does)."""
+
+    def __init__(self) -> None:
+        super().__init__("times-out")
+        self.timeouts = 0
+
+    async def emit(self, event: SurfaceEvent) -> None:
+        if isinstance(event, Notice):
+            try:
+                async with asyncio.timeout(0.01):
+                    await asyncio.sleep(1)
+            except TimeoutError:
+                self.timeouts += 1
+                raise
+        await super().emit(event)
+
+
+async def test_a_surface_timing_out_cancels_neither_the_driver_nor_the_sender(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """R1: the surface's timeout fires on the task that ran its first step: before, that was
+    the caller's (the submitting handler for "queued", the driver for "read it"), which was
+    cancelled instead of the surface's call."""
+    model = ScriptedModel([Reply(text="first answer"), Reply(text="second answer")])
+    runner = make_runner(store, tmp_path, model)
+    gated = ClosingGate()
+    await runner.submit(incoming("first"), gated)
+    await asyncio.wait_for(gated.closing.wait(), 5)
+    second, third = RecordingSurface("second"), TimesOutOnNotices()
+    await runner.submit(incoming("second", author=BOB), second)
+    await runner.submit(incoming("third"), third)  # its "queued" notice times out
+    await asyncio.sleep(0.05)  # past the timeout: the submitting task is still alive
+    gated.release.set()
+    await asyncio.wait_for(runner.wait_all(), 5)
+
+    assert [f.outcome for f in second.finished()] == ["done"]
+    assert [_said(m) for m in await history(store)] == [
+        "first",
+        "first answer",
+        "second",
+        "third",
+        "second answer",
+    ]
+    assert third.timeouts == 2  # "queued", then "read it": each its own surface's failure
