@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bots.errors import is_storage_failure, storage_failure_text
 from bots.surface import Notice, SurfaceEvent
 from core.messages import Message, UserMessage
 from core.models.scripted import Reply, ScriptedModel
@@ -125,3 +126,17 @@ async def test_a_surface_timing_out_cancels_neither_the_driver_nor_the_sender(
         "second answer",
     ]
     assert third.timeouts == 2  # "queued", then "read it": each its own surface's failure
+
+
+async def test_a_closed_sqlite_connection_is_a_storage_failure(tmp_path: Path) -> None:
+    """R2 (in part): aiosqlite's `ValueError('Connection closed')` (its worker thread is
+    gone) tells people the database is unavailable, not the generic text."""
+    opened = await SqliteStore.open(tmp_path / "closed.db")
+    writer = opened._writer
+    await opened.close()
+    with pytest.raises(ValueError) as raised:
+        await writer.execute("SELECT 1")
+    assert is_storage_failure(raised.value)
+    text = storage_failure_text(raised.value, "ref1", accepting=True)
+    assert "the database is unavailable" in text
+    assert not is_storage_failure(ValueError("invalid literal for int()"))
