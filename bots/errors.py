@@ -49,11 +49,17 @@ def unexpected_failure_text(reference: str) -> str:
     return f"Something went wrong on my side (reference {reference}). The team can look it up."
 
 
+# What aiosqlite raises (as ValueError) once its connection or worker thread is gone.
+_AIOSQLITE_GONE = frozenset({"Connection closed", "no active connection"})
+
+
 def is_storage_failure(exc: BaseException) -> bool:
     """Whether `exc` says the database or its disk failed (locked, full, read-only, gone),
     as opposed to a bug: then people are told what is wrong, not just a reference."""
     if isinstance(exc, sqlite3.Error | OSError):  # OSError covers a lost connection
         return True
+    if isinstance(exc, ValueError) and str(exc) in _AIOSQLITE_GONE:
+        return True  # aiosqlite's connection (its worker thread) is gone
     return type(exc).__module__.split(".", 1)[0] == "asyncpg"
 
 

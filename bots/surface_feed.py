@@ -1,10 +1,11 @@
 """One queue per surface, so saving messages never waits on a platform.
 
-Owns: `SurfaceFeed`. The runner puts events (never awaits a surface). An event is shown at once,
-in the caller's step, when nothing is waiting before it; the moment a surface awaits (a network
-call, a rate limit) or events queue up, the feed's own task takes over and shows the rest in
-order, then closes the surface. So a fast surface (a terminal, a test) costs no task at all,
-and a slow one never delays the runner. After each event the feed compares `surface.ref` with
+Owns: `SurfaceFeed`. The runner puts events (never awaits a surface). The feed's own task,
+started when an event arrives and gone once the queue is shown, shows them in order, then
+closes the surface: no surface code runs in the caller's task, so a surface's timeout or
+failure (a timer records the task it runs in) is that surface's alone, and a slow surface
+never delays the runner. An event is shown one loop turn after it is put, at the cost of
+a task per burst of events. After each event the feed compares `surface.ref` with
 the last stored one and records a change with the run (`set_run_surface_ref`), so a restart
 can edit the message a run posted.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bots.surface import Checkpointed, RunStarted, Surface, SurfaceEvent
@@ -52,7 +53,8 @@ class SurfaceFeed:
         self._limit = limit
         self._name = name
         self._queue: deque[SurfaceEvent] = deque()
-        self._task: asyncio.Task[None] | None = None  # only while the surface is slow
+        self._task: asyncio.Task[None] | None = None  # only while events wait or show
+        self._showing = False  # an event is being shown (it counts towards `limit`)
         self._closing = False
         self._run_id = run_id  # else learnt from the run_started it shows
         self._ref = self._read_ref()
@@ -71,59 +73,53 @@ class SurfaceFeed:
         if self._closing:
             log.warning("event %s for a closed surface dropped", event.type)
             return
-        if self._task is not None:  # the surface is busy: wait behind what it is showing
-            if isinstance(event, MessageUpdate) and len(self._queue) + 1 >= self._limit:
-                self.dropped_deltas += 1
-                return
-            self._queue.append(event)
+        waiting = len(self._queue) + self._showing
+        if isinstance(event, MessageUpdate) and waiting >= self._limit:
+            self.dropped_deltas += 1
             return
-        self._note_run(event)
-        pending = _start(self.surface.emit(event), f"show {event.type}")
-        if pending is not None or self._ref_moved():
-            self._task = asyncio.create_task(self._pump(pending, event.type), name=self._label())
+        self._queue.append(event)
+        self._pump_soon()
 
     def close(self) -> None:
         """Show what is queued, then close the surface (idempotent)."""
         if self._closing:
             return
         self._closing = True
-        if self._task is not None:  # it closes the surface once the queue is shown
-            return
-        pending = _start(self.surface.close(), "close")
-        if pending is not None or self._ref_moved():
-            self._task = asyncio.create_task(self._pump(pending, None), name=self._label())
-        else:
-            self._finish()
+        self._pump_soon()
 
     async def wait(self) -> None:
         await asyncio.shield(self.finished)
 
-    async def _pump(self, pending: Awaitable[None] | None, showing: str | None) -> None:
-        """Finish what the caller's step started (`showing` an event, or None: closing), then
-        show the queue in order and close the surface if asked."""
+    def _pump_soon(self) -> None:
+        """The feed's own task shows every event: no surface code ever runs in the caller's
+        task (a timeout a surface starts, as aiohttp's request timer does, records the task
+        it runs in, and cancels that one when it fires)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._pump(), name=self._label())
+
+    async def _pump(self) -> None:
+        """Show the queue in order, and close the surface once asked and the queue is shown."""
         try:
-            if pending is not None:
-                await _guarded(pending, f"show {showing}" if showing else "close")
-            if self._ref_moved():
-                await self._record_ref()
-            if showing is not None:
-                while self._queue:
-                    event = self._queue.popleft()
-                    self._note_run(event)
+            while self._queue:
+                event = self._queue.popleft()
+                self._note_run(event)
+                self._showing = True
+                try:
                     await _guarded(self.surface.emit(event), f"show {event.type}")
-                    if self._ref_moved():
-                        await self._record_ref()
-                if not self._closing:
-                    return
+                finally:
+                    self._showing = False
+                if self._ref_moved():
+                    await self._record_ref()
+            if self._closing:
                 await _guarded(self.surface.close(), "close")
                 if self._ref_moved():
                     await self._record_ref()
-            self._finish()
+                self._finish()
         except asyncio.CancelledError:
             self.finished.cancel()
             raise
         finally:
-            self._task = None  # no await after the queue was found empty: `put` shows inline
+            self._task = None  # no await after the queue was found empty: `put` starts anew
 
     def _finish(self) -> None:
         if self.dropped_deltas:
@@ -167,55 +163,8 @@ class SurfaceFeed:
             log.exception("could not record the surface ref of run %s", self._run_id)
 
 
-def _start(awaitable: Awaitable[None], what: str) -> Awaitable[None] | None:
-    """Run a surface call up to its first real wait, in the caller's step. None if it is
-    already over (a failure is logged: a surface never breaks the runner); else what is left
-    of it, for the feed's task to await."""
-    if not isinstance(awaitable, Coroutine):
-        return awaitable
-    try:
-        waiting_on = awaitable.send(None)
-    except StopIteration:
-        return None
-    except Exception:
-        log.exception("surface failed to %s", what)
-        return None
-    return _Resumed(awaitable, waiting_on)
-
-
 async def _guarded(awaitable: Awaitable[None], what: str) -> None:
     try:
         await awaitable
     except Exception:
         log.exception("surface failed to %s", what)
-
-
-class _Resumed:
-    """The rest of a coroutine that was started in another step and is waiting on
-    `waiting_on`: awaiting this hands that wait to the awaiting task, then resumes the
-    coroutine (results, exceptions and cancellation pass through unchanged)."""
-
-    __slots__ = ("_coroutine", "_waiting_on")
-
-    def __init__(self, coroutine: Coroutine[Any, Any, None], waiting_on: Any) -> None:
-        self._coroutine = coroutine
-        self._waiting_on = waiting_on
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        waiting_on = self._waiting_on
-        while True:
-            try:
-                sent = yield waiting_on
-            except GeneratorExit:
-                self._coroutine.close()
-                raise
-            except BaseException as exc:
-                try:
-                    waiting_on = self._coroutine.throw(exc)
-                except StopIteration:
-                    return
-                continue
-            try:
-                waiting_on = self._coroutine.send(sent)
-            except StopIteration:
-                return

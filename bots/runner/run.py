@@ -112,8 +112,9 @@ class Runs:
         feed = lead.feed or self.shared.feed(key, Unseen(lead.item.surface_ref))
         run = RunState(feed)
         state.run = run
+        attempt = Run(self, state, run, batch)
         try:
-            await Run(self, state, run, batch).answer()
+            await attempt.answer()
         except Exception as exc:
             reference = new_reference()
             log.exception("run in %s failed (reference %s)", key, reference)
@@ -141,9 +142,29 @@ class Runs:
                 reference=reference,
             )
             run.feed.put(finished)
+            if run.id is None:
+                await self._not_started(state, lead, attempt.taken)
         finally:
             state.run = None
             run.feed.close()
+
+    async def _not_started(
+        self, state: ConversationState, lead: Queued, taken: list[Queued]
+    ) -> None:
+        """The run failed before its record was made, so none of the messages it took off
+        the inbox was delivered: the lead, told of the failure, is dropped (best effort: if
+        the store still fails, a restart answers it); the others go back to the front of the
+        inbox, in order, for the next run, so none is left pending until a restart."""
+        rest = {q.item.id: q for q in taken if q is not lead}
+        state.inbox = rest | state.inbox
+        if lead not in taken:
+            return
+        try:
+            await self.shared.store.drop(
+                state.conversation.id, [lead.item.id], "its run could not start"
+            )
+        except Exception:
+            log.exception("could not drop message %s after its run failed", lead.item.id)
 
 
 class Run:
@@ -163,6 +184,9 @@ class Run:
         self._author = batch[0].author
         self._usage = Usage()  # what this run's replies cost (the store totals the same)
         self._overrides: ChannelConfig  # what the channel's admin set, read as the run starts
+        # Taken off the inbox, neither delivered nor dropped yet (`Runs` puts them back if
+        # the run fails before its record is made).
+        self.taken: list[Queued] = []
 
     async def answer(self) -> None:
         model = await self._start()
@@ -177,6 +201,7 @@ class Run:
         conversation, state, run = self._conversation, self._state, self._run
         for queued in self._batch:  # this run's own messages: never steered, never dropped
             state.inbox.pop(queued.item.id, None)
+        self.taken = list(self._batch)
         # What a channel admin set at run time, read for every run: a change applies to the
         # next run, and an unchanged one keeps the system prompt byte-identical.
         self._overrides = ChannelConfig.from_stored(
@@ -195,6 +220,7 @@ class Run:
             model_id = fallback
         model = self._runs.model(model_id)
         batch = await self._refuse_oversized(model)
+        self.taken = batch
         if not batch:
             return None
         record = await self._store.start_run(
@@ -207,6 +233,7 @@ class Run:
             deliver=[q.item.id for q in batch],  # the run's own messages: one transaction
         )
         run.id = record.id
+        self.taken = []
         run.feed.put(RunStarted(conversation.key, run.id, self._author))
         if retired is not None:
             run.feed.put(Notice(retired_text, "warning"))

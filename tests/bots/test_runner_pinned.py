@@ -854,6 +854,7 @@ async def test_shutting_down_leaves_a_queued_message_for_the_restart_and_starts_
     await asyncio.wait_for(tool.started.wait(), 5)
     bobs = RecordingSurface()
     assert await runner.submit(incoming("later", author=BOB), bobs) == "steered"
+    await bobs.wait_for(lambda s: len(s.notices()) == 1)  # shown by its feed's own task
     [queued] = bobs.notices()
     assert (queued.text, queued.level, queued.audience) == (QUEUED_TEXT, "info", BOB)
 
