@@ -5,7 +5,8 @@ Owns: the body cap (`MAX_BODY_BYTES`), the signature check on the raw bytes befo
 parsed (slack_sdk's `SignatureVerifier`: HMAC-SHA256 of `v0:{timestamp}:{body}`, timestamps
 older than 5 minutes refused), parsing a large signed body in a worker thread, refusals
 logged as counted one-liners, and acknowledgements first (`AckFirst`: an event's work after
-its ack waits until no request is being handled, `WORK_MAX_DEFER_S` at most).
+its ack waits until no request is being handled, `WORK_MAX_DEFER_S` at most, and starts
+`RELEASE_PER_TURN` a turn).
 
 Why: bolt parses the whole body (form fields, or the `payload=` JSON) on the event loop before
 it checks the signature, and the endpoint is open to anyone who can reach it. One unsigned
@@ -43,7 +44,10 @@ PARSE_OFF_LOOP_BYTES = 64 * 1024
 REFUSAL_LOG_EVERY_S = 60.0
 # Work after an ack waits for a moment without requests at most this long (a steady stream
 # of requests must not starve the answers).
-WORK_MAX_DEFER_S = 0.5
+WORK_MAX_DEFER_S = 1.0
+# Held work is released this many a turn of the event loop: a burst's 500 answers starting in
+# one turn would hold the loop for every request arriving meanwhile.
+RELEASE_PER_TURN = 16
 
 Dispatch = Callable[[Any], Awaitable[Any]]  # bolt's `async_dispatch(AsyncBoltRequest)`
 
@@ -80,9 +84,11 @@ class RefusalLog:
 
 
 class AckFirst:
-    """Requests being handled, and work held until there are none: `quiet()` returns once no
-    request is in `handling()`, or `max_defer_s` after the first of the waiters then held
-    (one timer for them all: a burst's work is released in one turn, not one per waiter)."""
+    """Requests being handled (between `enter()` and `leave()`), and work held until there are
+    none: `quiet()` returns once no request is being handled, or `max_defer_s` after the first
+    of the waiters then held (one timer for them all). The held are released in order,
+    `RELEASE_PER_TURN` a turn of the event loop, so requests arriving meanwhile are read
+    between them."""
 
     def __init__(self, *, max_defer_s: float = WORK_MAX_DEFER_S) -> None:
         self.max_defer_s = max_defer_s
@@ -114,9 +120,15 @@ class AckFirst:
             self._timer.cancel()
             self._timer = None
         waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
+        self._wake(waiters)
+
+    def _wake(self, waiters: list[asyncio.Future[None]]) -> None:
+        now, rest = waiters[:RELEASE_PER_TURN], waiters[RELEASE_PER_TURN:]
+        for waiter in now:
+            if not waiter.done():  # (cancelled: a shutdown)
                 waiter.set_result(None)
+        if rest:  # after the woken tasks' first steps, in the next turn
+            asyncio.get_running_loop().call_soon(self._wake, rest)
 
 
 class HttpGate:

@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bots.slack.http_gate import AckFirst
+from bots.slack.http_gate import RELEASE_PER_TURN, AckFirst
 from core.models.scripted import ScriptedModel
 from tests.bots.slack.e2e_harness import SECRET, message_event, running
 from tests.fakes.slack_server import FakeSlack, signed_request
@@ -110,3 +110,28 @@ async def test_ack_first_releases_every_held_waiter_together() -> None:
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert all(task.done() for task in held)
+
+
+async def test_held_work_is_released_a_slice_a_turn() -> None:
+    """A burst's held work starts `RELEASE_PER_TURN` a turn of the loop, in order, so that a
+    request arriving meanwhile is not held behind all of it at once."""
+    ack_first = AckFirst(max_defer_s=30.0)
+    ack_first.enter()
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        await ack_first.quiet()
+        started.append(n)
+
+    count = RELEASE_PER_TURN * 2 + 3
+    tasks = [asyncio.create_task(work(n)) for n in range(count)]
+    await asyncio.sleep(0.05)
+    ack_first.leave()
+    seen = []
+    for _ in range(5):
+        await asyncio.sleep(0)
+        seen.append(len(started))
+    await asyncio.gather(*tasks)
+    assert started == list(range(count))
+    assert seen[0] <= RELEASE_PER_TURN  # not all in the first turn
+    assert max(b - a for a, b in zip([0, *seen], seen, strict=False)) <= RELEASE_PER_TURN
