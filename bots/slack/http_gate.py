@@ -5,7 +5,8 @@ Owns: the body cap (`MAX_BODY_BYTES`), the signature check on the raw bytes befo
 parsed (slack_sdk's `SignatureVerifier`: HMAC-SHA256 of `v0:{timestamp}:{body}`, timestamps
 older than 5 minutes refused), parsing a large signed body in a worker thread, refusals
 logged as counted one-liners, and acknowledgements first (`AckFirst`: an event's work after
-its ack waits until no request is being handled, `WORK_MAX_DEFER_S` at most, and starts
+its ack waits until no request has been handled for `QUIET_S`, `WORK_MAX_DEFER_S` at most,
+and starts
 `RELEASE_PER_TURN` a turn).
 
 Why: bolt parses the whole body (form fields, or the `payload=` JSON) on the event loop before
@@ -48,6 +49,9 @@ WORK_MAX_DEFER_S = 1.0
 # Held work is released this many a turn of the event loop: a burst's 500 answers starting in
 # one turn would hold the loop for every request arriving meanwhile.
 RELEASE_PER_TURN = 16
+# ...once no request has been handled for this long: a group commit acknowledges a burst's
+# 100 requests in flight in one turn, and the senders' next ones come a few ms later.
+QUIET_S = 0.010
 
 Dispatch = Callable[[Any], Awaitable[Any]]  # bolt's `async_dispatch(AsyncBoltRequest)`
 
@@ -85,16 +89,19 @@ class RefusalLog:
 
 class AckFirst:
     """Requests being handled (between `enter()` and `leave()`), and work held until there are
-    none: `quiet()` returns once no request is being handled, or `max_defer_s` after the first
-    of the waiters then held (one timer for them all). The held are released in order,
+    none: `quiet()` returns once no request has been handled for `quiet_s`, or `max_defer_s`
+    after the first of the waiters then held (one timer for them all). The held are released
+    in order,
     `RELEASE_PER_TURN` a turn of the event loop, so requests arriving meanwhile are read
     between them."""
 
-    def __init__(self, *, max_defer_s: float = WORK_MAX_DEFER_S) -> None:
+    def __init__(self, *, max_defer_s: float = WORK_MAX_DEFER_S, quiet_s: float = QUIET_S) -> None:
         self.max_defer_s = max_defer_s
+        self.quiet_s = quiet_s
         self.active = 0
         self._waiters: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._quiet_timer: asyncio.TimerHandle | None = None
 
     def enter(self) -> None:
         self.active += 1
@@ -103,6 +110,13 @@ class AckFirst:
         self.active -= 1
         if self.active <= 0:
             self.active = 0
+            if self._waiters and self._quiet_timer is None:
+                loop = asyncio.get_running_loop()
+                self._quiet_timer = loop.call_later(self.quiet_s, self._still_quiet)
+
+    def _still_quiet(self) -> None:
+        self._quiet_timer = None
+        if self.active == 0:  # else the next `leave` looks again
             self._release()
 
     async def quiet(self) -> None:
@@ -116,6 +130,9 @@ class AckFirst:
         await waiter
 
     def _release(self) -> None:
+        if self._quiet_timer is not None:
+            self._quiet_timer.cancel()
+            self._quiet_timer = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

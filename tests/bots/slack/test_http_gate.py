@@ -107,15 +107,33 @@ async def test_ack_first_releases_every_held_waiter_together() -> None:
     await asyncio.sleep(0.05)
     assert not any(task.done() for task in held)  # one request still being handled
     ack_first.leave()
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.2)
     assert all(task.done() for task in held)
+
+
+async def test_held_work_waits_out_a_gap_between_a_bursts_requests() -> None:
+    """The requests in flight acknowledged together (one group commit) and the next ones a
+    few ms later: the work is not released in that gap, only once it has been quiet for
+    `quiet_s`."""
+    ack_first = AckFirst(max_defer_s=30.0, quiet_s=0.1)
+    ack_first.enter()
+    held = asyncio.create_task(ack_first.quiet())
+    await asyncio.sleep(0.01)
+    ack_first.leave()  # all acknowledged...
+    await asyncio.sleep(0.02)
+    ack_first.enter()  # ...and the next request comes
+    await asyncio.sleep(0.15)
+    assert not held.done()
+    ack_first.leave()
+    await asyncio.sleep(0.02)
+    assert not held.done()
+    await asyncio.wait_for(held, 1)
 
 
 async def test_held_work_is_released_a_slice_a_turn() -> None:
     """A burst's held work starts `RELEASE_PER_TURN` a turn of the loop, in order, so that a
     request arriving meanwhile is not held behind all of it at once."""
-    ack_first = AckFirst(max_defer_s=30.0)
+    ack_first = AckFirst(max_defer_s=30.0, quiet_s=0.0)
     ack_first.enter()
     started: list[int] = []
 
