@@ -10,7 +10,7 @@ The acknowledgement comes first: every listener only writes a message event to t
 (`bots.journal`: an acknowledged event survives a crash before it reached the store)
 and schedules its work in a task tracked here (bolt runs with `process_before_response=True`,
 so the ack is sent the moment the listener returns, with no polling). In HTTP mode that
-work starts once no request is being handled (`HttpGate.ack_first`, 1 s at most): a
+work starts once no request has been handled for 10 ms (`HttpGate.ack_first`, 1 s at most): a
 burst's acknowledgements do not wait for the work of its first events. Before taking events,
 `connect_socket_mode` and `listen_http` replay what a crashed process acknowledged and never
 handed to the runner. Shutdown stops taking events (a request arriving while
