@@ -17,14 +17,35 @@ Measured:
   the message calls (`chat.*`: posts, updates, streams; Slack's per-channel rate limit and the
   target are about these) and every call (reactions, the status line and names included).
 - the same per answer over the bursts, by method, and how many calls got a 429.
+- an unsigned flood beside a genuine burst (Teammate only, `--flood-events 200`): 10 unsigned
+  4 MiB bodies in parallel and 100 malformed ones (a wrong signature on an event, unsigned
+  garbage JSON, `payload=` of 256 KiB of nested `[` with a bogus signature) sent at once,
+  then, 20 ms into it, 200 signed `app_mention` events at once (new threads, answered).
+  The worst stall of Teammate's event loop is measured from outside (no probe in the
+  product): a probe, a signed `url_verification` request (bolt answers it on the gate's path,
+  with no journal and no work after it) on a connection of its own, is sent every 10 ms from
+  0.5 s before the flood until it is all answered. Its latency beyond its median before the
+  flood is time the loop was not free for a new request, so the worst excess bounds the
+  longest stall from above (a stall starting up to 10 ms before a probe is sent is seen
+  shortened by up to 10 ms). Beside 200 signed events that excess also counts the probe's
+  wait behind their 200 acks (the loop busy, not stalled), so the flood is sent twice: alone
+  (`unsigned_flood_worst_stall_ms`: what the hostile bodies do to the loop), then with the
+  signed burst (`ack_p99_ms_under_unsigned_flood`, and the probe's worst delay then,
+  `flood_and_burst_worst_probe_delay_ms`). Sent from one sender process, as the bursts are;
+  the probes from a process of their own (the sender is busy writing 40 MiB meanwhile).
 
 Run: `uv run python -m benchmarks.slack_ack` or `uv run python benchmarks/slack_ack.py`
-[--events 500] [--rounds 3] [--singles 20]. Prints the conditions, a table, and last one JSON
-line with `ack_p50_ms`, `ack_p99_ms`, `bolt_ack_p50_ms`, `bolt_ack_p99_ms`, `ack_p99_ratio`,
-`first_post_ms`, `calls_per_answer` (message calls), `all_calls_per_answer`,
-`burst_calls_per_answer`, `burst_all_calls_per_answer`, `answered`, `sent`, `rate_limited`.
+[--events 500] [--rounds 3] [--singles 20] [--flood-events 200]. Prints the conditions, a
+table, and last one JSON line with `ack_p50_ms`, `ack_p99_ms`, `bolt_ack_p50_ms`,
+`bolt_ack_p99_ms`, `ack_p99_ratio`, `first_post_ms`, `calls_per_answer` (message calls),
+`all_calls_per_answer`, `burst_calls_per_answer`, `burst_all_calls_per_answer`, `answered`,
+`sent`, `rate_limited`,
+`unsigned_flood_worst_stall_ms`, `ack_p99_ms_under_unsigned_flood` (and the flood's details:
+`ack_p50_ms_under_unsigned_flood`, `flood_and_burst_worst_probe_delay_ms`,
+`flood_probe_baseline_ms`, `flood_probes`, `flood_answered`, `flood_refused`).
 Targets: ack p99 within 1.5x of bare bolt; first post under 100 ms; calls per answer at most
-3 + 1 per second of streaming (a zero-latency answer streams for well under a second: 3).
+3 + 1 per second of streaming (a zero-latency answer streams for well under a second: 3);
+worst stall under the flood at most 50 ms.
 A measurement, not a test: CI does not run it.
 """
 
@@ -38,6 +59,7 @@ if not __package__:  # run as `python benchmarks/slack_ack.py`: find the project
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -277,23 +299,29 @@ async def send_from_a_child(url: str, warm: Prepared, events: list[Prepared]) ->
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump([{"body": e.body.decode(), "headers": e.headers} for e in [warm, *events]], file)
     try:
-        sender = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "benchmarks.slack_ack",
-            "--send",
-            url,
-            file.name,
-            env=os.environ | {"PYTHONPATH": str(ROOT)},
-            stdout=asyncio.subprocess.PIPE,
-        )
-        out, _ = await asyncio.wait_for(sender.communicate(), DEADLINE_S)
+        out = await run_sender("--send", url, file.name)
     finally:
         os.unlink(file.name)
+    latencies: list[float] = json.loads(out)
+    return latencies
+
+
+async def run_sender(mode: str, url: str, path: str) -> str:
+    """Run this module as a sender (`--send`, `--flood`); its last line of output."""
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks.slack_ack",
+        mode,
+        url,
+        path,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(sender.communicate(), DEADLINE_S)
     if sender.returncode != 0:
         raise RuntimeError(f"the sender failed ({sender.returncode})")
-    latencies: list[float] = json.loads(out.decode().strip().splitlines()[-1])
-    return latencies
+    return out.decode().strip().splitlines()[-1]
 
 
 async def send(url: str, loaded: list[dict[str, Any]]) -> None:
@@ -307,6 +335,168 @@ async def send(url: str, loaded: list[dict[str, Any]]) -> None:
         await asyncio.sleep(1.0)  # the warm-up event's answer is done before the burst
         latencies = await asyncio.gather(*(post(session, url, e) for e in events[1:]))
     print(json.dumps([round(latency, 3) for latency in latencies]))
+
+
+FLOOD_BIG = 10  # unsigned 4 MiB bodies, in parallel
+FLOOD_MALFORMED = 100
+PROBE_EVERY_S = 0.010
+PROBE_BASELINE_S = 0.5
+
+
+def flood_requests(fake: FakeSlack, n: int) -> dict[str, Any]:
+    """The flood's requests, made ahead (signed where signed): the signed events, probes,
+    and the hostile bodies (as text, with their headers)."""
+    events = prepare(fake, n + 1, "f")  # the first warms the connections up
+    stamp = int(time.time())
+
+    def signed(body: str) -> dict[str, Any]:
+        return {
+            "body": body,
+            "headers": {
+                "Content-Type": "application/json",
+                "X-Slack-Request-Timestamp": str(stamp),
+                "X-Slack-Signature": sign(body, SECRET, stamp),
+            },
+        }
+
+    challenge = json.dumps({"type": "url_verification", "token": "x", "challenge": "probe"})
+    bogus = {"X-Slack-Request-Timestamp": str(stamp), "X-Slack-Signature": "v0=" + "0" * 64}
+    malformed: list[dict[str, Any]] = []
+    for i in range(FLOOD_MALFORMED):
+        if i % 3 == 0:  # an event, signed with another secret
+            body = events[i % n].body.decode()
+            headers = {"Content-Type": "application/json"} | bogus
+        elif i % 3 == 1:  # garbage JSON, unsigned
+            body = '{"type": "event_callback", "event": {[[[' + "x" * 1000
+            headers = {"Content-Type": "application/json"}
+        else:  # payload= of nested brackets, a bogus signature
+            body = "payload=" + "%5B" * (256 * 1024 // 3)
+            headers = {"Content-Type": "application/x-www-form-urlencoded"} | bogus
+        malformed.append({"body": body, "headers": headers})
+    return {
+        "events": [{"body": e.body.decode(), "headers": e.headers} for e in events],
+        "probe": signed(challenge),
+        "malformed": malformed,
+    }
+
+
+async def flood(fake: FakeSlack, target: Target, n: int) -> dict[str, Any]:
+    requests = flood_requests(fake, n)
+    events = prepare_known(fake, requests["events"])
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump(requests, file)
+    try:
+        out = await run_sender("--flood", target.url, file.name)
+    finally:
+        os.unlink(file.name)
+    result: dict[str, Any] = json.loads(out)
+    result["answered"] = await wait_answered(fake, events) - 1  # not the warm-up event
+    return result
+
+
+def prepare_known(fake: FakeSlack, loaded: list[dict[str, Any]]) -> list[Prepared]:
+    """The flood's signed events as `Prepared`, to wait for their answers."""
+    prepared = []
+    for item in loaded:
+        event = json.loads(item["body"])["event"]
+        prepared.append(Prepared(event["channel"], event["ts"], b"", {}))
+    return prepared
+
+
+async def send_flood(url: str, loaded: dict[str, Any]) -> None:
+    """The flood's sender (a child process), in two phases: the flood alone, then the flood
+    with the signed burst. Each: probes from `PROBE_BASELINE_S` before it, then the hostile
+    bodies at once (and the signed events, 20 ms later, at once), the probes going on until
+    all of it is answered. Prints one JSON object."""
+    events = [Prepared("", "", e["body"].encode(), e["headers"]) for e in loaded["events"]]
+    refused: Counter[str] = Counter()
+    big = b"a=" + b"x" * (4 * 1024 * 1024 - 2)
+    big_headers = {"Content-Type": "application/x-www-form-urlencoded"}
+
+    async def hostile(session: aiohttp.ClientSession, body: bytes, headers: Any) -> None:
+        try:
+            async with session.post(url, data=body, headers=headers) as response:
+                await response.read()
+                refused[str(response.status)] += 1
+        except aiohttp.ClientError as exc:  # the server may close on a body it refused
+            refused[type(exc).__name__] += 1
+
+    async def phase(signed: list[Prepared], session: aiohttp.ClientSession) -> dict[str, Any]:
+        # The prober is a process of its own: this one is busy writing 40 MiB meanwhile.
+        prober = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "benchmarks.slack_ack",
+            "--probe",
+            url,
+            json.dumps(loaded["probe"]),
+            env=os.environ | {"PYTHONPATH": str(ROOT)},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert prober.stdout is not None and prober.stdin is not None
+        await prober.stdout.readline()  # probing
+        await asyncio.sleep(PROBE_BASELINE_S)
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0)
+        ) as hostile_session:
+            flood_started = time.perf_counter()
+            attack = [hostile(hostile_session, big, big_headers) for _ in range(FLOOD_BIG)]
+            attack += [
+                hostile(hostile_session, m["body"].encode(), m["headers"])
+                for m in loaded["malformed"]
+            ]
+            attacking = asyncio.gather(*attack)
+            await asyncio.sleep(0.02)  # the flood is in flight
+            latencies = await asyncio.gather(*(post(session, url, e) for e in signed))
+            await attacking
+        out, _ = await asyncio.wait_for(prober.communicate(b"stop\n"), DEADLINE_S)
+        probes = json.loads(out.decode().strip().splitlines()[-1])
+        base = statistics.median(ms for at, ms in probes if at < flood_started)
+        during = [ms for at, ms in probes if at >= flood_started]
+        return {
+            "p99": percentile(latencies, 99) if latencies else None,
+            "p50": statistics.median(latencies) if latencies else None,
+            "probe_baseline_ms": round(base, 3),
+            "probes": len(during),
+            "worst_stall_ms": round(max(0.0, max(during) - base), 3),
+        }
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONNECTIONS)) as session:
+        await post(session, url, events[0])  # warm: connections open, first request done
+        await asyncio.sleep(1.0)
+        alone = await phase([], session)
+        await asyncio.sleep(1.0)
+        beside = await phase(events[1:], session)
+    print(json.dumps({"alone": alone, "beside": beside, "refused": dict(refused)}))
+
+
+async def probe(url: str, request: dict[str, Any]) -> None:
+    """The prober (a child process): the signed probe every `PROBE_EVERY_S` on a connection
+    of its own until a line comes on stdin (the last probe is then finished); prints
+    `probing` first and last one JSON list of [sent at (perf_counter, the system's monotonic
+    clock: comparable with the sender's), ms]."""
+    body, headers = request["body"].encode(), request["headers"]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_reader(sys.stdin.fileno(), stop.set)
+    probes: list[tuple[float, float]] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
+        async with session.post(url, data=body, headers=headers) as warm:
+            await warm.read()
+        print("probing", flush=True)
+        next_at = time.perf_counter()
+        while not stop.is_set():
+            started = time.perf_counter()
+            async with session.post(url, data=body, headers=headers) as got:
+                await got.read()
+                if got.status != 200:
+                    raise RuntimeError(f"a probe got {got.status}")
+            probes.append((started, round((time.perf_counter() - started) * 1000, 3)))
+            next_at = max(next_at + PROBE_EVERY_S, time.perf_counter())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), next_at - time.perf_counter())
+    print(json.dumps(probes))
 
 
 async def singles(
@@ -376,6 +566,9 @@ async def run(args: argparse.Namespace, print_: Callable[[str], None]) -> dict[s
                     ours.append(
                         await burst(fake, teammate, args.events, f"t{round_}", answers=True)
                     )
+                flooded = (
+                    await flood(fake, teammate, args.flood_events) if args.flood_events else None
+                )
             finally:
                 await teammate.stop()
                 await bolt.stop()
@@ -404,6 +597,18 @@ async def run(args: argparse.Namespace, print_: Callable[[str], None]) -> dict[s
         "sent": args.events * args.rounds,
         "rate_limited": sum(result["rate_limited"] for result in ours),
     }
+    if flooded is not None:
+        alone, beside = flooded["alone"], flooded["beside"]
+        figures |= {
+            "unsigned_flood_worst_stall_ms": alone["worst_stall_ms"],
+            "ack_p99_ms_under_unsigned_flood": round(beside["p99"], 2),
+            "ack_p50_ms_under_unsigned_flood": round(beside["p50"], 2),
+            "flood_and_burst_worst_probe_delay_ms": beside["worst_stall_ms"],
+            "flood_probe_baseline_ms": alone["probe_baseline_ms"],
+            "flood_probes": [alone["probes"], beside["probes"]],
+            "flood_answered": flooded["answered"],
+            "flood_refused": flooded["refused"],
+        }
     figures["ack_p99_ratio"] = round(
         figures["ack_p99_ms"] / max(figures["bolt_ack_p99_ms"], 1e-9), 2
     )
@@ -439,6 +644,19 @@ async def run(args: argparse.Namespace, print_: Callable[[str], None]) -> dict[s
     )
     print_(f"  the bursts' calls: {by_method(calls)}")
     print_(f"ack p99 ratio: {figures['ack_p99_ratio']}x (target <= 1.5x)")
+    if flooded is not None:
+        print_(
+            f"unsigned flood ({FLOOD_BIG} x 4 MiB unsigned, {FLOOD_MALFORMED} malformed), probed "
+            f"every 10 ms (baseline {alone['probe_baseline_ms']:.1f} ms): worst loop stall "
+            f"{alone['worst_stall_ms']:.1f} ms (target <= 50; {alone['probes']} probes)"
+        )
+        print_(
+            f"  the same flood with {args.flood_events} signed events 20 ms into it: their ack "
+            f"p99 {beside['p99']:.1f} ms (p50 {beside['p50']:.1f}); a probe's worst delay "
+            f"{beside['worst_stall_ms']:.1f} ms (queued behind the burst's acks too; "
+            f"{beside['probes']} probes); answered {flooded['answered']} of "
+            f"{args.flood_events}; refused {flooded['refused']}"
+        )
     return figures
 
 
@@ -463,11 +681,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=500, help="events per burst (500)")
     parser.add_argument("--rounds", type=int, default=3, help="bursts per app, alternating (3)")
     parser.add_argument("--singles", type=int, default=20, help="single events timed (20)")
+    parser.add_argument(
+        "--flood-events", type=int, default=200, help="signed events in the flood (200; 0: none)"
+    )
     parser.add_argument("--bare-bolt", metavar="API_URL", help=argparse.SUPPRESS)
     parser.add_argument("--send", nargs=2, metavar=("URL", "EVENTS"), help=argparse.SUPPRESS)
+    parser.add_argument("--flood", nargs=2, metavar=("URL", "REQUESTS"), help=argparse.SUPPRESS)
+    parser.add_argument("--probe", nargs=2, metavar=("URL", "REQUEST"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.bare_bolt:
         asyncio.run(bare_bolt(args.bare_bolt))
+        return
+    if args.probe:
+        url, request = args.probe
+        asyncio.run(probe(url, json.loads(request)))
+        return
+    if args.flood:
+        url, path = args.flood
+        asyncio.run(send_flood(url, json.loads(Path(path).read_text())))
         return
     if args.send:
         url, path = args.send

@@ -9,7 +9,9 @@ acknowledgement, and a graceful shutdown.
 The acknowledgement comes first: every listener only writes a message event to the journal
 (`bots.journal`: an acknowledged event survives a crash before it reached the store)
 and schedules its work in a task tracked here (bolt runs with `process_before_response=True`,
-so the ack is sent the moment the listener returns, with no polling). Before taking events,
+so the ack is sent the moment the listener returns, with no polling). In HTTP mode that
+work starts once no request has been handled for 10 ms (`HttpGate.ack_first`, 1 s at most): a
+burst's acknowledgements do not wait for the work of its first events. Before taking events,
 `connect_socket_mode` and `listen_http` replay what a crashed process acknowledged and never
 handed to the runner. Shutdown stops taking events (a request arriving while
 closing gets a 503, so Slack delivers it again later), lets the scheduled work reach the
@@ -282,7 +284,7 @@ class SlackBot:
             work.close()
             log.error("too many Slack events in progress; %s dropped", name)
             return
-        task = asyncio.create_task(self._guarded(work, name), name=name)
+        task = asyncio.create_task(self._guarded(work, name, self.gate), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -294,7 +296,15 @@ class SlackBot:
                 log.warning("%d Slack events still in progress at shutdown", len(self._tasks))
                 return
 
-    async def _guarded(self, work: Coroutine[Any, Any, None], name: str) -> None:
+    async def _guarded(
+        self, work: Coroutine[Any, Any, None], name: str, gate: HttpGate | None = None
+    ) -> None:
+        if gate is not None:  # acknowledgements first: the burst's acks, then its work
+            try:
+                await gate.ack_first.quiet()
+            except BaseException:  # cancelled while held (a shutdown): never started
+                work.close()
+                raise
         try:
             await work
         except Exception:
