@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any, ClassVar
 
@@ -80,23 +80,6 @@ class SleepRecorder:
     async def __call__(self, delay: float) -> None:
         self.delays.append(delay)
         await asyncio.sleep(0)
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    server = FakeAnthropic(api_key=API_KEY)
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-async def client(fake: FakeAnthropic) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    sdk = anthropic.AsyncAnthropic(
-        api_key=API_KEY, base_url=fake.url, max_retries=0, _strict_response_validation=True
-    )
-    yield sdk
-    await sdk.close()
 
 
 @pytest.fixture

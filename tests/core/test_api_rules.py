@@ -3,8 +3,6 @@ request the API would refuse is never sent, and a refusal is reported as what it
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import anthropic
 import pytest
 
@@ -21,23 +19,6 @@ from core.models.base import ModelRequest, StreamEnd
 from tests.fakes.anthropic_server import FakeAnthropic, error_reply, text_reply
 
 API_KEY = "sk-ant-api03-test-key-rules"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    server = FakeAnthropic(api_key=API_KEY)
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-async def client(fake: FakeAnthropic) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    sdk = anthropic.AsyncAnthropic(
-        api_key=API_KEY, base_url=fake.url, max_retries=0, _strict_response_validation=True
-    )
-    yield sdk
-    await sdk.close()
 
 
 def make(client: anthropic.AsyncAnthropic, model_id: str = "claude-sonnet-5-5") -> AnthropicModel:

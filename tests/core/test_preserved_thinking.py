@@ -9,8 +9,6 @@ The fake's own strictness is proved first: the request the adapter used to send 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import anthropic
 import pytest
 
@@ -30,23 +28,6 @@ API_KEY = "sk-ant-api03-test-key-binding"
 SYSTEM = "You are Teammate."
 TOOL = ToolSpec(name="ls", description="List files.", input_schema={"type": "object"})
 OTHER_TOOL = ToolSpec(name="read", description="Read a file.", input_schema={"type": "object"})
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    server = FakeAnthropic(api_key=API_KEY)
-    await server.start()
-    yield server
-    await server.close()
-
-
-@pytest.fixture
-async def client(fake: FakeAnthropic) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    sdk = anthropic.AsyncAnthropic(
-        api_key=API_KEY, base_url=fake.url, max_retries=0, _strict_response_validation=True
-    )
-    yield sdk
-    await sdk.close()
 
 
 def make_model(
