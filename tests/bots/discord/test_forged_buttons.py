@@ -3,10 +3,9 @@ run or conversation, presses by people who may not use Teammate in that channel,
 ids. Asserted on what the store holds, what the runner still runs and what the fake received
 (issue 23)."""
 
+# ruff: noqa: F811 (pytest fixtures imported by name, then requested as arguments)
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,28 +13,15 @@ import pytest
 from bots.discord.bot import FEEDBACK_TEXT
 from bots.settings import DiscordSettings
 from core.models.scripted import Reply, call
-from tests.bots.discord.test_bot_e2e import (
+from tests.bots.discord.test_bot_e2e import (  # noqa: F401 (fixtures)
     ADA,
     BOB,
     Teammate,
     custom_ids,
+    discord_settings,
     ephemeral,
-    started_teammate,
+    teammate,
 )
-from tests.fakes.discord_server import FakeDiscord
-
-
-@pytest.fixture
-def discord_settings() -> DiscordSettings:
-    return DiscordSettings()
-
-
-@pytest.fixture
-async def teammate(
-    fake_discord: FakeDiscord, tmp_path: Path, discord_settings: DiscordSettings
-) -> AsyncIterator[Teammate]:
-    async with started_teammate(fake_discord, tmp_path, discord_settings) as harness:
-        yield harness
 
 
 async def answered(teammate: Teammate, text: str) -> tuple[str, dict[str, Any]]:
