@@ -208,6 +208,9 @@ def parse_event(
         return Ignored(IgnoreReason.MALFORMED, "team_id")
     kind = event.get("type")
     if kind == "app_mention" or kind == "message":
+        early = _not_a_person_asking(event)
+        if early is not None:
+            return early
         parsed = _message(event, kind, team_id, event_id, bot_user_id, bot_id, known_thread)
         external = _external_team(body, event, team_id)
         if isinstance(parsed, SlackMessage) and external is not None:
@@ -218,6 +221,23 @@ def parse_event(
     if isinstance(kind, str) and _EVENT_TYPE.fullmatch(kind):
         return Ignored(IgnoreReason.UNSUPPORTED_EVENT, kind)
     return Ignored(IgnoreReason.UNSUPPORTED_EVENT, "type")
+
+
+SLACKBOT = "USLACKBOT"
+
+
+def _not_a_person_asking(event: Mapping[object, object]) -> Ignored | None:
+    """Messages that look like a person's but are not a question for Teammate:
+    - Slackbot's notices ("You have been removed from #…") come as `USLACKBOT` without a
+      `bot_id`: answering each one would cost a model run and a reply to Slackbot;
+    - an edited mention comes again as `app_mention` with `edited`: the original was answered
+      (or refused) when it was posted, so an edit starts nothing new; on purpose, since
+      answering edits would answer a message twice (and post a refusal twice)."""
+    if event.get("user") == SLACKBOT:
+        return Ignored(IgnoreReason.BOT_MESSAGE, "slackbot")
+    if event.get("edited") is not None:
+        return Ignored(IgnoreReason.EDITED, "edited")
+    return None
 
 
 def _external_team(
