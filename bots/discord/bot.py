@@ -43,6 +43,7 @@ from bots.discord.events import (
     IgnoreReason,
     InteractionContext,
     OptionValue,
+    ParsedMessage,
     SlashCommand,
     conversation_key,
     parse_interaction,
@@ -189,25 +190,22 @@ class TeammateBot(commands.Bot):
     async def on_message(self, message: discord.Message) -> None:
         if self.user is None or self._closing:
             return
-        payload = message_payload(message)
-        parent = _thread_parent(message.channel)
-        parsed = parse_message(
-            payload,
-            bot_user_id=str(self.user.id),
-            thread_parent=lambda _channel_id: parent,
-            known_thread=self._threads.__contains__,
-        )
-        if (
-            isinstance(parsed, Ignored)
-            and parsed.reason is IgnoreReason.NOT_ADDRESSED
-            and await self._ours_after_all(message, parent)
-        ):
-            parsed = parse_message(
+        payload, parent = message_payload(message), _thread_parent(message.channel)
+        roles = [str(role.id)] if message.guild and (role := message.guild.self_role) else []
+
+        def parse() -> ParsedMessage:  # its managed role too: `@Teammate` may name either
+            return parse_message(
                 payload,
-                bot_user_id=str(self.user.id),
+                bot_user_id=str(self.user.id) if self.user else "",
                 thread_parent=lambda _channel_id: parent,
                 known_thread=self._threads.__contains__,
+                bot_role_ids=roles,
             )
+
+        parsed = parse()
+        unaddressed = isinstance(parsed, Ignored) and parsed.reason is IgnoreReason.NOT_ADDRESSED
+        if unaddressed and await self._ours_after_all(message, parent):
+            parsed = parse()
         if isinstance(parsed, Ignored):
             log.debug("message %s ignored: %s", message.id, parsed.reason)
             return

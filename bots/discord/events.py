@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from bots.discord.mentions import addressed, name_mentions
 from bots.incoming import Attachment, BackfillMessage, Incoming
 from core.messages import Author
 
@@ -47,7 +48,6 @@ DM = "dm"
 # Snowflakes are decimal strings of a 64-bit integer. Anything else, a colon above all, would
 # break the structure of our keys.
 _SNOWFLAKE = re.compile(r"[0-9]{1,20}")
-_MENTION = re.compile(r"<@!?([0-9]{1,20})>")
 _STOP_WORDS = frozenset({"stop", "cancel"})
 _DISCORD_EPOCH_MS = 1_420_070_400_000
 
@@ -291,6 +291,7 @@ def parse_message(
     event: str = "MESSAGE_CREATE",
     thread_parent: Callable[[str], str | None] = lambda _channel_id: None,
     known_thread: Callable[[str], bool] = lambda _key: False,
+    bot_role_ids: Collection[str] = (),
 ) -> ParsedMessage:
     """Translate one message payload (the gateway event's `d`).
 
@@ -348,14 +349,8 @@ def parse_message(
     # Bound first: every later step is then linear in at most MAX_TEXT_CHARS.
     truncated = len(content) > MAX_TEXT_CHARS
     content = content[:MAX_TEXT_CHARS]
-    in_content = {match.group(1) for match in _MENTION.finditer(content)}
     replied_to = _replied_to(payload)
-    mentioned = bot_user_id in in_content or (
-        # Discord lists the replied-to author in `mentions` when the reply pings them; a reply
-        # that doesn't ping the bot is addressed to it all the same.
-        replied_to is not None and replied_to[1] == bot_user_id
-    )
-    mentions_others = bool(in_content - {bot_user_id})
+    mentioned, mentions_others = addressed(content, replied_to, bot_user_id, bot_role_ids)
     is_dm = guild_id is None
     person = _person(author, payload.get("member"))
 
@@ -390,7 +385,7 @@ def parse_message(
         else:
             return Ignored(IgnoreReason.NOT_ADDRESSED)
 
-    text = _name_mentions(content, bot_user_id, mention_names)
+    text = name_mentions(content, bot_user_id, mention_names, bot_role_ids)
     if not text and not files:
         return Ignored(IgnoreReason.EMPTY)
     stop_requested = (mentioned or is_dm) and not files and _is_stop(text)
@@ -672,20 +667,6 @@ def _files(value: object) -> tuple[DiscordFile, ...] | None:
             )
         )
     return tuple(files)
-
-
-def _name_mentions(text: str, bot_user_id: str, names: Mapping[str, str]) -> str:
-    """Remove the bot's own mentions; name everyone else's (`@Ada`) so the model knows who."""
-
-    def rewrite(match: re.Match[str]) -> str:
-        user_id = match.group(1)
-        if user_id == bot_user_id:
-            return ""
-        name = names.get(user_id)
-        return f"@{name}" if name is not None else match.group(0)
-
-    rewritten = _MENTION.sub(rewrite, text)
-    return re.sub(r"[ \t]{2,}", " ", rewritten).strip()
 
 
 def _is_stop(text: str) -> bool:

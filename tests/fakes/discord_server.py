@@ -237,21 +237,26 @@ class FakeDiscord:
         self.channels[channel["id"]] = channel
         return channel
 
-    def add_role(self, guild_id: str, *, name: str, role_id: str | None = None) -> str:
+    def add_role(
+        self, guild_id: str, *, name: str, role_id: str | None = None, bot_id: str | None = None
+    ) -> str:
+        """A role; with `bot_id`, the managed role Discord gives that bot in the guild (the
+        one its `@` autocomplete offers beside the bot itself)."""
         role_id = role_id or self.snowflake()
-        self.guilds[guild_id]["roles"].append(
-            {
-                "id": role_id,
-                "name": name,
-                "permissions": "0",
-                "position": len(self.guilds[guild_id]["roles"]),
-                "color": 0,
-                "hoist": False,
-                "managed": False,
-                "mentionable": True,
-                "flags": 0,
-            }
-        )
+        role: dict[str, Any] = {
+            "id": role_id,
+            "name": name,
+            "permissions": "0",
+            "position": len(self.guilds[guild_id]["roles"]),
+            "color": 0,
+            "hoist": False,
+            "managed": bot_id is not None,
+            "mentionable": True,
+            "flags": 0,
+        }
+        if bot_id is not None:
+            role["tags"] = {"bot_id": bot_id}
+        self.guilds[guild_id]["roles"].append(role)
         return role_id
 
     def dm_channel(self, user: dict[str, Any]) -> dict[str, Any]:
