@@ -48,7 +48,7 @@ def message_payload(message: discord.Message) -> dict[str, Any]:
         "type": message.type.value,
         "channel_id": str(message.channel.id),
         "author": _user(author),
-        "content": message.content,
+        "content": message.content or _forwarded(message),
         "edited_timestamp": message.edited_at.isoformat() if message.edited_at else None,
         "mentions": [_user(user) for user in message.mentions],
         "attachments": [
@@ -75,6 +75,13 @@ def message_payload(message: discord.Message) -> dict[str, Any]:
         if isinstance(resolved, discord.Message):
             payload["referenced_message"] = {"author": {"id": str(resolved.author.id)}}
     return payload
+
+
+def _forwarded(message: discord.Message) -> str:
+    """A forwarded message's text: Discord sends the forward with empty `content` and the
+    text in `message_snapshots`, so a message forwarded into the bot's DM read as empty."""
+    texts = [snapshot.content for snapshot in message.message_snapshots if snapshot.content]
+    return "\n\n".join(f"(forwarded message)\n{text}" for text in texts)
 
 
 def interaction_payload(interaction: discord.Interaction[Any]) -> dict[str, Any]:
