@@ -250,8 +250,8 @@ class TeammateBot(commands.Bot):
             await message.reply(STOPPED_TEXT if result == "stopped" else IDLE_TEXT)
             return
         thread: discord.abc.MessageableChannel = message.channel
-        if parsed.opens_thread:
-            try:
+        if parsed.opens_thread and isinstance(message.channel, discord.TextChannel):
+            try:  # a voice or stage channel's text chat has no threads: answered in place
                 thread = await self._thread_from(message, parsed.text or "a question")
             except discord.Forbidden:
                 log.warning("no permission to create threads in %s", parsed.channel_key)

@@ -218,11 +218,18 @@ class FakeDiscord:
         return guild
 
     def add_channel(
-        self, guild_id: str, *, name: str = "general", channel_id: str | None = None
+        self,
+        guild_id: str,
+        *,
+        name: str = "general",
+        channel_id: str | None = None,
+        kind: int = 0,
     ) -> dict[str, Any]:
+        """A channel of the guild: `kind` 0 text, 2 voice, 13 stage (their text chat takes
+        messages, but no threads)."""
         channel = {
             "id": channel_id or self.snowflake(),
-            "type": 0,
+            "type": kind,
             "guild_id": guild_id,
             "name": name,
             "position": len(self.guilds[guild_id]["channels"]),
@@ -684,6 +691,10 @@ class FakeDiscord:
             return _json({"message": "Unknown Message", "code": 10008}, 404)
         if any(c.get("id") == message_id for c in self.channels.values()):
             return _json({"message": "A thread has already been created", "code": 160004}, 400)
+        if parent.get("type") not in (0, 5):  # only text and announcement channels have threads
+            return _json(
+                {"message": "Cannot execute action on this channel type", "code": 50024}, 400
+            )
         # A thread started from a message has the message's id.
         thread = await self._new_thread(parent, message_id, r.json or {}, 11)
         self.messages[message_id]["thread"] = thread
