@@ -128,6 +128,8 @@ class SlackMessage(_ThreadKeys):
     # The author's own workspace when it is another organisation's (a Slack Connect channel
     # or DM): `user_team` where the envelope says the channel is shared externally.
     external_team: str | None = None
+    # Files shared with it that cannot be opened, when it has nothing else: told, not ignored.
+    unreadable_files: int = 0
 
     @property
     def delivery_id(self) -> str:
@@ -337,12 +339,22 @@ def _message(
         if not message.in_thread or not known_thread(message.conversation_key):
             return Ignored(IgnoreReason.NOT_ADDRESSED)
     text = _decode(_strip_mention(raw_text, bot_user_id))
-    if not text and not files:
-        return Ignored(IgnoreReason.EMPTY)
     stop_requested = (mentioned or is_dm) and not files and _is_stop(text)
     if truncated:
         text += TRUNCATION_NOTE.format(limit=MAX_TEXT_CHARS)
-    return _replace_text(message, text, stop_requested)
+    return _with_text(_replace_text(message, text, stop_requested), event.get("files"))
+
+
+def _with_text(message: SlackMessage, raw_files: object) -> ParsedEvent:
+    """Nothing to read is ignored, unless files came that cannot be opened (a Slack Connect
+    file is `check_file_info`, without a download URL): the sender is then told, not met
+    with silence."""
+    if message.text or message.files:
+        return message
+    unreadable = len(raw_files) if isinstance(raw_files, list) else 0
+    if not unreadable:
+        return Ignored(IgnoreReason.EMPTY)
+    return replace(message, unreadable_files=unreadable)
 
 
 def _assistant_thread(

@@ -53,6 +53,7 @@ from bots.slack.events import (
     parse_event,
 )
 from bots.slack.files import Fetched, FileFetcher
+from bots.slack.refusals import UNREADABLE_TEXT, external_refusal
 from bots.slack.users import UserNames, readable_mentions
 from bots.surface import Surface
 from core.messages import Author
@@ -70,17 +71,6 @@ _SLACK_ID = re.compile(r"[A-Za-z0-9]{1,64}")  # as bots.slack.events accepts the
 _SLACK_TS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 MAX_TITLE_CHARS = 60
 DMS_OFF_TEXT = "Sorry, direct messages to me are turned off here. Mention me in a channel instead."
-EXTERNAL_TEXT = (
-    "Sorry, I answer only people of the workspace that runs me. "
-    "Its admins can let your organisation in ([slack] external_teams)."
-)
-
-
-def external_refusal(allowed: list[str], external_team: str | None) -> str | None:
-    """Why a person of another organisation may not use Teammate here, or None."""
-    if external_team is None or "*" in allowed or external_team in allowed:
-        return None
-    return EXTERNAL_TEXT
 
 
 IDLE_STOP_TEXT = "Nothing is running in this thread, so there was nothing to stop."
@@ -280,8 +270,12 @@ class SlackListeners:
             else:  # a reply in its thread, maybe to someone else: no note on every message
                 log.info("ignored %s in %s: not allowed", message.user_id, message.channel_key)
             return
-        if message.stop_requested:
-            await self._stop(message)
+        if message.stop_requested or message.unreadable_files:
+            await (
+                self._stop(message)
+                if message.stop_requested
+                else self._refuse(message, UNREADABLE_TEXT)
+            )
             return
         # The same message through its other event (`app_mention` and `message`), or a retry,
         # may be being handed to the runner now: wait for it instead of downloading and reading

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bots.settings import SlackSettings
-from bots.slack.listeners import EXTERNAL_TEXT
+from bots.slack.refusals import EXTERNAL_TEXT
 from core.models.scripted import Reply, ScriptedModel
 from tests.bots.slack.e2e_harness import message_event, running
 from tests.fakes.slack_server import FakeSlack

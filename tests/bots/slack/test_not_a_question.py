@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bots.slack.refusals import UNREADABLE_TEXT
 from core.models.scripted import Reply, ScriptedModel
 from tests.bots.slack.e2e_harness import message_event, running
 from tests.fakes.slack_server import FakeSlack
@@ -47,3 +48,18 @@ async def test_an_edited_mention_is_answered_once_not_again(
         await app.event(edited)  # a new event id, as Slack sends it
         await app.settle()
     assert len(model.requests) == 1
+
+
+async def test_a_mention_with_only_a_file_that_cannot_be_opened_is_told_so(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    # A Slack Connect file comes as `check_file_info`, without `url_private_download`.
+    model = ScriptedModel([Reply(text="never")])
+    async with running(fake_slack, tmp_path, model) as app:
+        shared = message_event(fake_slack, "")
+        shared["files"] = [{"id": "F0CONNECT1", "file_access": "check_file_info"}]
+        await app.event(shared)
+        await app.settle()
+    assert model.requests == []
+    (note,) = fake_slack.ephemerals
+    assert note["text"] == UNREADABLE_TEXT and note["user"] == shared["user"]
