@@ -20,15 +20,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TextIO, assert_never
 
 from bots.app import App
+from bots.budgets import utc_day_start
 from bots.incoming import Incoming
 from bots.narration import thinking_narration
 from bots.runner import ConversationRunner
 from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
-from bots.terminal_text import printable
+from bots.terminal_text import printable, usage_line
 from core.events import (
     AgentEnd,
     AgentStart,
@@ -41,7 +41,7 @@ from core.events import (
     TurnEnd,
     TurnStart,
 )
-from core.messages import AssistantMessage, Author, Usage
+from core.messages import AssistantMessage, Author
 from core.models.base import TextDelta, ThinkingDelta, ToolCallDelta
 
 PLATFORM = "terminal"
@@ -420,6 +420,7 @@ class _Chat:
         """Run a slash command; False means quit."""
         command = line.split()[0].lower()
         if command in ("/exit", "/quit"):
+            await self.leave()
             return False
         if command == "/stop":
             if self.runner.stop(self.key, by=self.author) != "stopped":
@@ -442,25 +443,21 @@ class _Chat:
             self.prompt()
         return True
 
+    async def leave(self) -> None:
+        """Piped input ends here: its answers come first (what it said is answered now, not at
+        the next start, out of context). Typed: the running answer is stopped, and what that
+        drops is said (the stop's notice lists the messages left unanswered)."""
+        if self.runner.is_running(self.key) and self.interactive:
+            self.say("Leaving: stopping the answer in progress.")
+            self.runner.stop(self.key, by=self.author)
+        await self.runner.wait(self.key)
+
     async def show_usage(self) -> None:
         total = await self.runner.usage(self.key)
-        today = await self.runner.usage(self.key, since=_utc_day_start(time.time()))
+        today = await self.runner.usage(self.key, since=utc_day_start(time.time()))
         self.say(f"usage of {self.key}:")
-        self.say(f"  today  {_usage_line(today)}")
-        self.say(f"  total  {_usage_line(total)}")
-
-
-def _utc_day_start(now: float) -> float:
-    day = datetime.fromtimestamp(now, tz=UTC)
-    return day.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
-
-
-def _usage_line(usage: Usage) -> str:
-    return (
-        f"{usage.total_tokens:,} tokens (input {usage.input:,}, output {usage.output:,}, "
-        f"cache read {usage.cache_read:,}, cache write {usage.cache_write:,}) · "
-        f"${usage.cost:.4f}"
-    )
+        self.say(f"  today  {usage_line(today)}")
+        self.say(f"  total  {usage_line(total)}")
 
 
 async def run_chat(

@@ -1,12 +1,15 @@
 """What may be written to a person's terminal.
 
-Owns: `printable`, which leaves out what a terminal would act on instead of showing. Must not:
-change anything else about the text (its words, newlines and tabs stay).
+Owns: `printable`, which leaves out what a terminal would act on instead of showing, and the
+usage line `/usage` prints. Must not: change anything else about the text (its words, newlines
+and tabs stay).
 """
 
 from __future__ import annotations
 
 import re
+
+from core.messages import Usage
 
 # What a terminal would obey rather than show: C0 controls but newline and tab (ESC starts
 # colour, cursor, title and clipboard sequences), DEL, C1 controls, and the bidirectional
@@ -20,3 +23,11 @@ _TERMINAL_CONTROLS = re.compile(
 def printable(text: str) -> str:
     """`text` with nothing a terminal would act on (see `_TERMINAL_CONTROLS`)."""
     return _TERMINAL_CONTROLS.sub("", text)
+
+
+def usage_line(usage: Usage) -> str:
+    return (
+        f"{usage.total_tokens:,} tokens (input {usage.input:,}, output {usage.output:,}, "
+        f"cache read {usage.cache_read:,}, cache write {usage.cache_write:,}) · "
+        f"${usage.cost:.4f}"
+    )
