@@ -114,12 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve",
-        help="run every chat platform whose credentials are set (Slack), in one process",
+        help="run every chat platform whose credentials are set (Slack, Discord), in one process",
         description=(
-            "Start every configured platform on one runner and store: Slack with "
-            "SLACK_BOT_TOKEN and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP "
-            "mode). SIGTERM or Ctrl-C stops gracefully: no new events, answers in progress "
-            "finish (up to --grace seconds) or are stopped; a second Ctrl-C stops at once."
+            "Start every configured platform on one runner and store: Slack with SLACK_BOT_TOKEN "
+            "and SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode), Discord with "
+            "DISCORD_BOT_TOKEN. SIGTERM or Ctrl-C stops gracefully: no new events, answers in "
+            "progress finish (up to --grace seconds) or are stopped; a second Ctrl-C: at once."
         ),
     )
     _global_options(serve, default=argparse.SUPPRESS)

@@ -123,6 +123,11 @@ async def get_json(settings: Settings, path: str) -> dict[str, Any]:
 
 async def application_id(settings: Settings) -> str:
     """The application's id, from the token (`GET /oauth2/applications/@me`)."""
+    if not discord_configured(settings):
+        raise SettingsError(
+            "DISCORD_BOT_TOKEN is not set (needed to look up the application's id); or give "
+            "the id: --application-id ID (Developer Portal → General Information)"
+        )
     found = (await get_json(settings, "/oauth2/applications/@me")).get("id")
     if not isinstance(found, str) or not found.isdigit():
         raise DiscordCheckError("GET /oauth2/applications/@me: no application id in the answer")

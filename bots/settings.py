@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from dotenv import dotenv_values
 from pydantic import (
     AfterValidator,
     AliasChoices,
@@ -35,6 +36,13 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as EnvSourceError
 
+from bots.config_file import ConfigFileError, read_config
+from bots.settings_check import (
+    describe,
+    named_by_configuration,
+    unknown_in_file,
+    unknown_variables,
+)
 from core.models.catalog import DEFAULT_MODEL, RetiredModelError, retired_model
 from storage.dsn import dsn_secrets
 from tools.mcp_config import McpSettings
@@ -253,7 +261,7 @@ class Settings(BaseSettings):
         env_file=".env",
         env_file_encoding="utf-8",
         env_nested_delimiter="__",
-        extra="ignore",
+        extra="ignore",  # load_settings refuses what is no setting, naming where it was found
         populate_by_name=True,
     )
 
@@ -421,17 +429,43 @@ def env_name(field_path: str) -> str:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment, `.env` and TOML; raises `SettingsError` (one line)."""
+    """Settings from the environment, `.env` and TOML; raises `SettingsError` (one line). A key,
+    section or `TEAMMATE_*` variable that is no setting is refused (`bots.settings_check`)."""
+    config_file = config_path()
+    try:
+        config = read_config(config_file) if config_file is not None else None
+    except ConfigFileError as exc:
+        raise SettingsError(str(exc)) from None
+    dotenv = _dotenv()
+    allowed = named_by_configuration(config, {**dotenv, **os.environ})
+    unknown = [
+        *(unknown_in_file(Settings, config) if config is not None else []),
+        *unknown_variables(Settings, os.environ, "environment", allowed),
+        *unknown_variables(Settings, dotenv, ".env", allowed),
+    ]
+    if unknown:  # all of them named, so that one start finds every misspelling
+        others = ", ".join(f"`{name}`" for _, name in unknown[1:])
+        more = f" (and {len(unknown) - 1} more: {others})" if others else ""
+        raise SettingsError(unknown[0][0] + more)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
+        where = describe(first, Settings, config, [os.environ, dotenv], overrides)
+        if where is None:
+            where = env_name(".".join(str(part) for part in first["loc"]))
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise SettingsError(f"{env_name(where)}: {first['msg']}{more}") from None
+        raise SettingsError(f"{where}: {first['msg']}{more}") from None
     except EnvSourceError as exc:  # a variable that is not the JSON its setting needs
         raise SettingsError(f"environment: {exc}") from None
-    except (OSError, ValueError) as exc:  # an unreadable or malformed TOML file
+    except (OSError, ValueError) as exc:  # the file changed since it was read
         raise SettingsError(f"configuration file: {exc}") from None
     except RecursionError:  # the TOML parser recurses per level of nesting
         raise SettingsError("configuration file: values nested too deeply") from None
+
+
+def _dotenv() -> dict[str, str]:
+    path = Path(".env")  # as `Settings.model_config["env_file"]`
+    if not path.is_file():
+        return {}
+    return {k: v for k, v in dotenv_values(path, encoding="utf-8").items() if v is not None}

@@ -50,8 +50,9 @@ def require_slack(settings: Settings, mode: SlackMode) -> None:
     if missing:
         how = "Socket Mode" if mode == "socket" else "HTTP mode (--http)"
         verb = "is" if len(missing) == 1 else "are"
+        other = "; or SLACK_SIGNING_SECRET and --http for HTTP mode" if mode == "socket" else ""
         raise SettingsError(
-            f"{' and '.join(missing)} {verb} not set (needed for Slack in {how}; "
+            f"{' and '.join(missing)} {verb} not set (needed for Slack in {how}{other}; "
             "`teammate slack manifest` prints the app to create)"
         )
 

@@ -110,7 +110,7 @@ def test_missing_config_file_and_bad_toml_are_clear(
     broken = tmp_path / "broken.toml"
     broken.write_text("model = \n")
     monkeypatch.setenv("TEAMMATE_CONFIG", str(broken))
-    with pytest.raises(SettingsError, match="configuration file"):
+    with pytest.raises(SettingsError, match=r"broken\.toml, line 1, column 9: not valid TOML"):
         load_settings()
 
 
