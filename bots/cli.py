@@ -25,7 +25,6 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from bots.app import (
-    open_app,
     require_model_credentials,
     setup_logging,
 )
@@ -47,13 +46,9 @@ from bots.slack.manifest import manifest_json
 from bots.slack_platform import SlackPlatform
 from bots.terminal import (
     DEFAULT_CONVERSATION,
-    TERMINAL_RULES,
-    StdinLines,
-    TerminalSurfaces,
     conversation_key,
-    run_ask,
-    run_chat,
 )
+from bots.terminal_commands import ask_command, chat_command, workspace_of
 from storage.base import DatabaseDamaged
 from storage.postgres import PostgresStore, is_postgres_url, redact_url
 from storage.sqlite import SqliteStore
@@ -211,6 +206,13 @@ def _global_options(parser: argparse.ArgumentParser, *, default: Any) -> None:
         help="where the database, workspaces and log live (overrides TEAMMATE_DATA_DIR)",
     )
     parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        type=Path,
+        default=default,
+        help="chat and ask: the directory the tools work in (the current one by default)",
+    )
+    parser.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -283,11 +285,11 @@ def main(argv: list[str] | None = None) -> int:
             name = _conversation_name(args.conversation)
             require_model_credentials(settings, conversation_key(name))
             setup_logging(settings, stderr=sys.stderr if args.verbose else None)
-            return asyncio.run(_ask(settings, name, prompt))
+            return asyncio.run(ask_command(settings, name, prompt, workspace_of(args)))
         name = _conversation_name(args.conversation)
         require_model_credentials(settings, conversation_key(name))
         setup_logging(settings, stderr=sys.stderr if args.verbose else None)
-        return asyncio.run(_chat(settings, name))
+        return asyncio.run(chat_command(settings, name, workspace_of(args)))
     except SettingsError as exc:
         _fail(str(exc))
         return 2
@@ -371,28 +373,6 @@ def _prompt(words: list[str]) -> str:
     if not prompt.strip():
         raise SettingsError("the prompt is empty")
     return prompt.strip()
-
-
-async def _ask(settings: Settings, name: str, prompt: str) -> int:
-    key = conversation_key(name)
-    surfaces = TerminalSurfaces(err=sys.stderr, current_key=key)
-    async with open_app(settings, platform_rules=TERMINAL_RULES, surfaces=surfaces) as app:
-        return await run_ask(app, name, prompt, out=sys.stdout, err=sys.stderr)
-
-
-async def _chat(settings: Settings, name: str) -> int:
-    key = conversation_key(name)
-    surfaces = TerminalSurfaces(err=sys.stderr, current_key=key)
-    async with open_app(settings, platform_rules=TERMINAL_RULES, surfaces=surfaces) as app:
-        return await run_chat(
-            app,
-            name,
-            lines=StdinLines(sys.stdin.fileno()),
-            out=sys.stdout,
-            err=sys.stderr,
-            interactive=sys.stdin.isatty(),
-            model_id=settings.model_for(key),
-        )
 
 
 # -- doctor --------------------------------------------------------------------------------------

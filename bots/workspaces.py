@@ -27,6 +27,10 @@ class Workspaces:
         self._root = root
         self._made: dict[str, Path] = {}
 
+    def fix(self, channel_key: str, path: Path) -> None:
+        """`channel_key` works in `path` (an existing directory) instead of one under root."""
+        self._made[channel_key] = path
+
     def path(self, channel_key: str) -> Path:
         path = self._made.get(channel_key)
         if path is None:

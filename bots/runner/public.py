@@ -26,6 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from bots.access import access_refusal
 from bots.attachments import user_message
@@ -92,6 +93,11 @@ class ConversationRunner:
         self._recovery = Recovery(self._shared)
         self._drivers = Drivers(self._shared, runs, self._recovery)
         self._others = Instances(self._shared, self._drivers)
+
+    def use_workspace(self, channel_key: str, path: Path) -> None:
+        """`channel_key`'s tools work in `path` instead of a directory of their own under the
+        data directory (a terminal conversation: where the command was started)."""
+        self._shared.workspaces.fix(channel_key, path)
 
     async def submit(self, incoming: Incoming, surface: Surface) -> SubmitResult:
         """Accept a message: stored in the conversation's inbox at once, then answered by a

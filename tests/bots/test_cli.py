@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from bots.workspaces import workspace_name
 from tests.fakes.anthropic_server import (
     FakeAnthropic,
     SSEReply,
@@ -110,8 +109,7 @@ def user_texts(body: dict[str, Any]) -> str:
 async def test_ask_runs_a_tool_and_a_second_call_continues_the_conversation(
     fake: FakeAnthropic, tmp_path: Path, data_dir: Path
 ) -> None:
-    workspace = data_dir / "workspaces" / workspace_name("terminal:e2e")
-    workspace.mkdir(parents=True)
+    workspace = tmp_path  # a terminal conversation works where the command is started
     (workspace / "notes.txt").write_text("The password hint is: blue elephant\n")
     fake.add(
         sse(

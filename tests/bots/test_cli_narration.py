@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from bots.workspaces import workspace_name
 from tests.bots.narration_script import ANSWER, HIDDEN, NARRATION, script_deploy_log
 from tests.bots.test_cli import KEY, cli_env, teammate
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -30,8 +29,7 @@ async def test_chat_prints_thinking_narration_before_the_tool_and_the_answer_onc
     anthropic: FakeAnthropic, tmp_path: Path
 ) -> None:
     data_dir = tmp_path / "data"
-    workspace = data_dir / "workspaces" / workspace_name("terminal:default")
-    workspace.mkdir(parents=True)
+    workspace = tmp_path  # a terminal conversation works where the command is started
     (workspace / "deploy.log").write_text("02:14 no space left on device\n")
     script_deploy_log(anthropic, "read", ['{"path": ', '"deploy.log"}'])
 
