@@ -30,7 +30,7 @@ from bots.schedules import Schedules
 from bots.settings import Settings, SettingsError
 from bots.surface import SurfaceFactory
 from core.models.base import Model
-from core.models.catalog import create_model
+from core.models.catalog import LOCAL_MODELS, create_model
 from core.tools import AnyTool
 from storage.base import ConversationStore
 from storage.postgres import PostgresStore, is_postgres_url, redact_url
@@ -47,8 +47,8 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def uses_anthropic(model_id: str) -> bool:
-    """Whether `model_id` is served by the Anthropic API (everything but the scripted model)."""
-    return model_id != "scripted"
+    """Whether `model_id` is served by the Anthropic API (everything but the local models)."""
+    return model_id not in LOCAL_MODELS
 
 
 def require_model_credentials(settings: Settings, channel_key: str) -> None:
@@ -59,7 +59,7 @@ def require_model_credentials(settings: Settings, channel_key: str) -> None:
     if uses_anthropic(model_id) and (key is None or not key.get_secret_value()):
         raise SettingsError(
             f"ANTHROPIC_API_KEY is not set; the model {model_id} needs it "
-            "(or try --model scripted for a demo without one)"
+            "(or try --model demo for a demo without one)"
         )
 
 

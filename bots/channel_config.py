@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bots.settings import ChannelConfig, Settings
-from core.models.catalog import ANTHROPIC_MODELS, model_status
+from core.models.catalog import ANTHROPIC_MODELS, LOCAL_MODELS, model_status
 from core.tools import AnyTool
 from storage.base import ConversationStore, UsageSummary
 
@@ -213,7 +213,7 @@ def _with_model(settings: Settings, stored: ChannelConfig, value: str) -> tuple[
         return "Name the model (or `default`).", stored
     if value.lower() == "default":
         return "", stored.model_copy(update={"model": None})
-    status = None if value == "scripted" else model_status(value)
+    status = None if value in LOCAL_MODELS else model_status(value)
     if status is not None and status.kind == "unknown":
         # Only ids the catalog prices exactly: a chat command must not pick an estimated cost.
         current = [m for m, spec in ANTHROPIC_MODELS.items() if not spec.deprecated]
@@ -222,7 +222,7 @@ def _with_model(settings: Settings, stored: ChannelConfig, value: str) -> tuple[
     if status is not None and status.kind == "retired":
         return f"`{_short(value, 80)}` was {status.advice}", stored
     key = settings.anthropic_api_key
-    if value != "scripted" and (key is None or not key.get_secret_value()):
+    if value not in LOCAL_MODELS and (key is None or not key.get_secret_value()):
         return f"`{value}` needs ANTHROPIC_API_KEY, which is not set.", stored
     return "", stored.model_copy(update={"model": value})
 

@@ -68,7 +68,7 @@ async def check_models(settings: Settings, report: Report, *, read_store: bool) 
 async def _check_model(settings: Settings, model_id: str, where: str, report: Report) -> None:
     if not uses_anthropic(model_id):
         report("ok", "model", f"{model_id} (no API key needed)")
-        report("ok", "model reachable", "the scripted model runs locally")
+        report("ok", "model reachable", f"the {model_id} model runs locally")
         return
     status = model_status(model_id)
     if status.kind == "retired":

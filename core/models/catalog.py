@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Models that run here, with no key and no network (a demo, and the tests' fixed reply).
+LOCAL_MODELS = frozenset({"demo", "scripted"})
+
 # The current Sonnet: the best combination of speed and intelligence, and not deprecated.
 DEFAULT_MODEL = "claude-sonnet-5-5"
 
@@ -411,13 +414,18 @@ def create_model(
     max_retries: int | None = None,
     **options: Any,
 ) -> Model:
-    """The `Model` for `model_id`: `"scripted"` gives a `ScriptedModel` with a fixed demo reply;
+    """The `Model` for `model_id`: `"demo"` the keyless demo model (core.models.demo),
+    `"scripted"` a `ScriptedModel` with one fixed reply (tests and benchmarks);
     anything else is a Claude model id served by `AnthropicModel`.
 
     `api_key` and `base_url` default to the SDK's own `ANTHROPIC_API_KEY` and
     `ANTHROPIC_BASE_URL`. `options` go to `AnthropicModel` unchanged (e.g. `retry`, `client`).
     Raises `RetiredModelError` for a retired id.
     """
+    if model_id == "demo":
+        from core.models.demo import create_demo_model
+
+        return create_demo_model()
     if model_id == "scripted":
         from core.models.scripted import Reply, ScriptedModel
 
