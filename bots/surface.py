@@ -52,6 +52,9 @@ class Notice:
     level: NoticeLevel = "info"
     audience: Author | None = None
     type: Literal["notice"] = "notice"
+    # An acknowledgement of a message steered into a running answer: queued, then read. A
+    # platform may show it quietly (Slack: a reaction on the message) instead of the text.
+    ack: Literal["queued", "read"] | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -62,7 +62,7 @@ class Drivers:
             state.inbox[accepted.item.id] = queued
             if state.run is not None:
                 state.run.steer(queued)
-        feed.put(Notice(QUEUED_TEXT, "info", audience=queued.author))
+        feed.put(Notice(QUEUED_TEXT, "info", audience=queued.author, ack="queued"))
         return "steered"
 
     def stop(self, conversation_key: str, run_id: int | None, reason: str) -> StopResult:
@@ -88,7 +88,7 @@ class Drivers:
         """Another instance holds the conversation: it answers what is queued here (the
         messages stay pending in the store); their senders are told they are queued."""
         for queued in state.inbox.values():
-            acknowledge(queued, QUEUED_TEXT)
+            acknowledge(queued, QUEUED_TEXT, "queued")
         state.inbox.clear()
 
     def adopt(self, state: ConversationState) -> None:

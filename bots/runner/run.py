@@ -238,7 +238,7 @@ class Run:
         if retired is not None:
             run.feed.put(Notice(retired_text, "warning"))
         for queued in batch[1:]:
-            acknowledge(queued, DELIVERED_TEXT)
+            acknowledge(queued, DELIVERED_TEXT, "read")
         return model
 
     async def _refused_by_budget(self) -> bool:
@@ -391,7 +391,7 @@ class Run:
         if queued in state.dropping:  # stopped, but the loop had already taken it
             state.dropping.remove(queued)
         await self._store.deliver(state.conversation.id, [queued.item.id], run_id=run.id)
-        acknowledge(queued, DELIVERED_TEXT)
+        acknowledge(queued, DELIVERED_TEXT, "read")
 
     async def _refuse_oversized(self, model: Model) -> list[Queued]:
         """Drop, with a clear note, each message that alone would not fit the model's context

@@ -110,8 +110,9 @@ class Shared:
                 queued.feed.close()
 
 
-def acknowledge(queued: Queued, text: str) -> None:
-    """Tell a message's sender `text`, and let its surface go."""
+def acknowledge(queued: Queued, text: str, ack: Literal["queued", "read"] | None = None) -> None:
+    """Tell a message's sender `text` (`ack`: an acknowledgement a platform may show quietly),
+    and let its surface go."""
     if queued.feed is not None:
-        queued.feed.put(Notice(text, "info", audience=queued.author))
+        queued.feed.put(Notice(text, "info", audience=queued.author, ack=ack))
         queued.feed.close()

@@ -528,6 +528,10 @@ class SlackSurface:
     # -- notices and files -----------------------------------------------------------------------
 
     async def _notice(self, notice: Notice) -> None:
+        if notice.ack is not None and self._options.reactions and self._message_ts is not None:
+            # A steered message: 👀 while queued, ✅ once read; no private note for each.
+            await self._react(WORKING_REACTION, add=notice.ack == "queued")
+            return await self._react(DONE_REACTION, add=True) if notice.ack == "read" else None
         self._shown_notices.add(notice.text.strip())
         # mrkdwn, escaped: a quoted message cannot mention anyone or @channel.
         line = f"{_NOTICE_MARK[notice.level]} {blocks.escape(notice.text)}"

@@ -281,8 +281,8 @@ async def test_steering_and_stop_reach_the_instance_running_the_conversation(
     await cluster.wait(lambda: "Hold" in json.dumps(cluster.fake.bot_replies(CHANNEL, root)))
     steer = _mention(cluster, "tok:s-1", thread_ts=root)
     await cluster.send(steer, 1)
-    # Instance 1 accepted it and found the conversation running elsewhere.
-    await cluster.wait(lambda: any(e.get("channel") == CHANNEL for e in cluster.fake.ephemerals))
+    # Instance 1 accepted it and found the conversation running elsewhere: 👀 on it, quietly.
+    await cluster.wait(lambda: "eyes" in cluster.fake.reactions(CHANNEL, steer["ts"]))
     cluster.open_gate("steer")
     await cluster.wait(lambda: "s-1" in cluster.answers(root))
     assert cluster.answers(root) == ["s-0", "s-1"]  # each once, in order, nothing lost

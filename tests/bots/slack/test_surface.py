@@ -6,7 +6,12 @@ from __future__ import annotations
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.slack.blocks import GREEN, RED, parse_feedback_value, parse_stop_value
-from bots.slack.surface import DONE_REACTION, FAILED_REACTION, STOPPED_REACTION
+from bots.slack.surface import (
+    DONE_REACTION,
+    FAILED_REACTION,
+    STOPPED_REACTION,
+    WORKING_REACTION,
+)
 from bots.surface import FileOut, Notice
 from tests.bots.slack.surface_script import (
     ALICE,
@@ -376,3 +381,18 @@ async def test_no_status_line_where_the_workspace_lacks_it(
     await surface.emit(finished("done"))
     await surface.close()
     assert len(fake_slack.calls_to("assistant.threads.setStatus")) == 1  # tried once
+
+
+async def test_a_steered_message_is_acknowledged_with_reactions_not_notes(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # Two private notes for every reply sent while an answer runs were noise (issue 28):
+    # 👀 while it waits, ✅ once the running answer has read it; nothing else posted.
+    surface, question = make_surface(slack_client, fake_slack, streaming=False)
+    await surface.emit(Notice("queued", audience=ALICE, ack="queued"))
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [WORKING_REACTION]
+    await surface.emit(Notice("read", audience=ALICE, ack="read"))
+    await surface.close()
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
+    assert fake_slack.ephemerals == []
+    assert fake_slack.bot_replies(CHANNEL, question["ts"]) == []
