@@ -19,7 +19,8 @@ How it stays correct and fast (docs/architecture.md, "Storage"):
 - A call runs whole or not at all, even if its caller is cancelled midway: batches run in
   the batcher's own task, and a call alone is handed to the driver in one piece.
 - `close()` finishes every call already made first; a store that is garbage collected
-  unclosed stops its driver threads too.
+  unclosed stops its driver threads too. If a driver thread dies, its calls fail with a
+  storage error within a second instead of hanging, and the store logs it (`sqlite_watchdog`).
 
 Must not: import `tools` or `bots`; return rows (callers get `core` messages and records).
 """
@@ -30,13 +31,10 @@ import asyncio
 import itertools
 import sqlite3
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import aiosqlite
 
 from core.messages import Message, Usage, dump_message
 from storage import rows
@@ -110,6 +108,7 @@ from storage.sqlite_ops import (
     fetchone,
     messages_after_seq,
 )
+from storage.sqlite_watchdog import Drivers, connect
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -145,7 +144,7 @@ async def _connect(
             except Exception as exc:
                 failed.append(exc)
 
-    db = await aiosqlite.connect(
+    db = await connect(
         path,
         timeout=busy_timeout_s,
         isolation_level=None,  # autocommit: every transaction here is explicit
@@ -184,9 +183,8 @@ class SqliteStore:
         # parsing it again. Bounded; a miss (a restart, eviction) parses the stored body.
         self._accepted: dict[int, tuple[int, Message]] = {}
         self._requests = itertools.count(1)
-        # Unclosed and forgotten: stop the drivers' threads instead of leaking them.
-        connections = [c for c in (writer, reader) if c is not None]
-        self._finalizer = weakref.finalize(self, _stop_all, connections)
+        # Dead driver threads fail their calls; a store forgotten unclosed stops its threads.
+        self._drivers = Drivers(self, [c for c in (writer, reader) if c is not None])
 
     @classmethod
     def open(
@@ -282,13 +280,13 @@ class SqliteStore:
         if self._closed:
             return
         self._closed = True
-        self._finalizer.detach()
         await self._batcher.drain()
         if self._readers is not None:
             await self._readers.drain()
         await self._writer.close()
         if self._reader is not None:
             await self._reader.close()
+        self._drivers.closed()  # only now: a thread dying while calls drain is noticed
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -777,11 +775,6 @@ class SqliteStore:
 
     async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
         return await self._write(scheduling.SETTLE_SCHEDULE_RUN, (schedule_id, due_at))
-
-
-def _stop_all(connections: list[Db]) -> None:
-    for connection in connections:
-        connection.stop()
 
 
 if TYPE_CHECKING:
