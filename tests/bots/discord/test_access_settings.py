@@ -68,7 +68,8 @@ def test_a_bad_snowflake_names_the_setting(
     config_file = tmp_path / "team.toml"
     config_file.write_text(f"[discord]\ndev_guild_id = {bad}\n")
     monkeypatch.setenv("TEAMMATE_CONFIG", str(config_file))
-    with pytest.raises(SettingsError, match="TEAMMATE_DISCORD__DEV_GUILD_ID"):
+    # Named as written in the file, with its line (a variable would be named as a variable).
+    with pytest.raises(SettingsError, match=r"team\.toml, line 2: discord\.dev_guild_id: "):
         load_settings()
 
 
