@@ -52,6 +52,7 @@ from tests.fakes.anthropic_server import (
     TextOut,
     ThinkingOut,
     ToolUseOut,
+    bare,
     sse,
 )
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
@@ -63,14 +64,6 @@ API_KEY = "sk-ant-bench-prompt-cache"
 
 def tokens(value: Any) -> int:
     return max(1, len(json.dumps(value, sort_keys=True)) // 4)
-
-
-def bare(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: bare(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [bare(v) for v in value]
-    return value
 
 
 def blocks_of(body: dict[str, Any]) -> list[tuple[Any, bool]]:

@@ -112,10 +112,11 @@ def toolset_factory(
     settings: Settings, mcp: McpHub | None = None
 ) -> Callable[[str], Awaitable[Sequence[AnyTool]]]:
     """A channel's tools: ours from its `ToolsConfig`, then its MCP servers' (tools.mcp)."""
+    hidden = settings.private_paths()  # once: they do not change while the process runs
 
     async def build(channel_key: str) -> Sequence[AnyTool]:
         config = settings.tools_for(channel_key)
-        tools = build_toolset(config, hidden_paths=settings.private_paths())
+        tools = build_toolset(config, hidden_paths=hidden)
         if mcp is not None:
             tools.extend(await mcp.tools(config.mcp_servers))
         return tools

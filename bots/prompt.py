@@ -91,7 +91,10 @@ def channel_context_text(*, instructions: str, memory: str) -> str:
         parts.append(memory)
     if not parts:
         return ""
-    body = "\n\n".join(parts)
+    return _context_note_text("\n\n".join(parts))
+
+
+def _context_note_text(body: str) -> str:
     return f"{CONTEXT_OPEN}\n{CONTEXT_INTRO}\n\n{body}\n{CONTEXT_CLOSE}"
 
 
@@ -117,9 +120,7 @@ def channel_context_note(messages: Sequence[Message], wanted: str) -> UserMessag
         return None if shown == wanted else UserMessage(content=wanted)
     if shown is None or NO_CONTEXT_TEXT in shown:
         return None
-    return UserMessage(
-        content=f"{CONTEXT_OPEN}\n{CONTEXT_INTRO}\n\n{NO_CONTEXT_TEXT}\n{CONTEXT_CLOSE}"
-    )
+    return UserMessage(content=_context_note_text(NO_CONTEXT_TEXT))
 
 
 def user_header(author: Author, timestamp: float) -> str:

@@ -65,10 +65,8 @@ class RefusalLog:
         self._clock = clock
         self._counts: Counter[str] = Counter()
         self._since: float | None = None
-        self.total: Counter[str] = Counter()
 
     def refused(self, reason: str, peer: str | None) -> None:
-        self.total[reason] += 1
         now = self._clock()
         if self._since is None:
             self._since = now

@@ -19,7 +19,7 @@ from core.messages import ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel, call
 from storage.sqlite import SqliteStore
 from tests.bots.runner_helpers import BOB, channel_context, history, incoming
-from tests.fakes.anthropic_server import FakeAnthropic, text_reply
+from tests.fakes.anthropic_server import FakeAnthropic, bare, text_reply
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
 from tools.files import LsTool, ReadTool
 
@@ -221,15 +221,6 @@ async def test_on_the_wire_the_stable_prefix_is_byte_identical_across_channels_a
     # The other thread of the channel gets the same note once, as its first message's context.
     assert bodies[2]["messages"][-1]["content"][-1]["text"] == last_turn[-1]["text"]
     assert not any("anthropic-beta" in r.headers for r in fake.requests)
-
-
-def bare(value: Any) -> Any:
-    """`value` without cache breakpoints (they move every turn; they are not content)."""
-    if isinstance(value, dict):
-        return {k: bare(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [bare(v) for v in value]
-    return value
 
 
 async def test_an_absurd_note_id_is_an_error_result_not_a_crash(

@@ -26,6 +26,7 @@ from tests.fakes.anthropic_server import (
     TextOut,
     ThinkingOut,
     ToolUseOut,
+    bare,
     sse,
 )
 
@@ -105,15 +106,6 @@ def assert_never_refused(fake: FakeAnthropic) -> None:
     adapter sent was accepted as it was."""
     assert fake.errors == [], fake.errors
     assert fake.remaining == 0, "a scripted reply was never asked for"
-
-
-def bare(value: Any) -> Any:
-    """`value` without cache breakpoints (they move every turn; they are not content)."""
-    if isinstance(value, dict):
-        return {k: bare(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [bare(v) for v in value]
-    return value
 
 
 def assert_appended(earlier: RecordedRequest, later: RecordedRequest) -> None:

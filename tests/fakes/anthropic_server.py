@@ -429,12 +429,12 @@ def _blocks_of(content: Any) -> list[dict[str, Any]]:
     return list(content or [])
 
 
-def _bare(value: Any) -> Any:
+def bare(value: Any) -> Any:
     """`value` without `cache_control` at any depth (a breakpoint is not content)."""
     if isinstance(value, dict):
-        return {key: _bare(item) for key, item in value.items() if key != "cache_control"}
+        return {key: bare(item) for key, item in value.items() if key != "cache_control"}
     if isinstance(value, list):
-        return [_bare(item) for item in value]
+        return [bare(item) for item in value]
     return value
 
 
@@ -454,7 +454,7 @@ def _prefix_digest(
     if earlier:
         turns.append({"role": "assistant", "content": earlier})
     prefix = {"system": system, "tools": body.get("tools") or [], "messages": turns}
-    encoded = json.dumps(_bare(prefix), sort_keys=True, separators=(",", ":"))
+    encoded = json.dumps(bare(prefix), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(encoded.encode()).hexdigest()
 
 
