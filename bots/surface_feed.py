@@ -11,8 +11,10 @@ can edit the message a run posted.
 
 Bounded: once `limit` events wait (the one being shown counts), further text deltas
 (`message_update`) are dropped and counted; a surface still gets every other event, and
-`message_update.message` / `message_end` always carry the whole reply so far. The other events
-are few per run (bounded by the turn cap and the tools per turn).
+`message_update.message` / `message_end` always carry the whole reply so far. A tool's partial
+results (`tool_execution_update`) are snapshots, each superseding the last: at most one per
+tool call waits, the newest (a chatty command behind a slow surface no longer grows the queue).
+The other events are few per run (bounded by the turn cap and the tools per turn).
 """
 
 from __future__ import annotations
@@ -21,16 +23,25 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bots.surface import Checkpointed, RunStarted, Surface, SurfaceEvent
-from core.events import MessageUpdate
+from core.events import MessageUpdate, ToolExecutionUpdate
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT = 1_000
 
 RefChanged = Callable[[int, dict[str, Any]], Awaitable[object]]
+
+
+@dataclass(slots=True, frozen=True)
+class _NewestUpdate:
+    """Where a tool call's partial result waits in the queue: shown as the newest snapshot
+    of that call when its turn comes."""
+
+    tool_call_id: str
 
 
 class SurfaceFeed:
@@ -48,11 +59,13 @@ class SurfaceFeed:
     ) -> None:
         self.surface = surface
         self.dropped_deltas = 0
+        self.coalesced_updates = 0
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._on_ref_change = on_ref_change
         self._limit = limit
         self._name = name
-        self._queue: deque[SurfaceEvent] = deque()
+        self._queue: deque[SurfaceEvent | _NewestUpdate] = deque()
+        self._newest_update: dict[str, ToolExecutionUpdate] = {}  # by call, while one waits
         self._task: asyncio.Task[None] | None = None  # only while events wait or show
         self._showing = False  # an event is being shown (it counts towards `limit`)
         self._closing = False
@@ -73,12 +86,24 @@ class SurfaceFeed:
         if self._closing:
             log.warning("event %s for a closed surface dropped", event.type)
             return
-        waiting = len(self._queue) + self._showing
-        if isinstance(event, MessageUpdate) and waiting >= self._limit:
+        if isinstance(event, MessageUpdate) and self.waiting >= self._limit:
             self.dropped_deltas += 1
             return
-        self._queue.append(event)
+        if isinstance(event, ToolExecutionUpdate):
+            waiting = event.tool_call_id in self._newest_update
+            self._newest_update[event.tool_call_id] = event
+            if waiting:
+                self.coalesced_updates += 1
+                return
+            self._queue.append(_NewestUpdate(event.tool_call_id))
+        else:
+            self._queue.append(event)
         self._pump_soon()
+
+    @property
+    def waiting(self) -> int:
+        """Events queued or being shown."""
+        return len(self._queue) + self._showing
 
     def close(self) -> None:
         """Show what is queued, then close the surface (idempotent)."""
@@ -101,7 +126,7 @@ class SurfaceFeed:
         """Show the queue in order, and close the surface once asked and the queue is shown."""
         try:
             while self._queue:
-                event = self._queue.popleft()
+                event = self._take(self._queue.popleft())
                 self._note_run(event)
                 self._showing = True
                 try:
@@ -121,9 +146,18 @@ class SurfaceFeed:
         finally:
             self._task = None  # no await after the queue was found empty: `put` starts anew
 
+    def _take(self, queued: SurfaceEvent | _NewestUpdate) -> SurfaceEvent:
+        if isinstance(queued, _NewestUpdate):
+            return self._newest_update.pop(queued.tool_call_id)
+        return queued
+
     def _finish(self) -> None:
-        if self.dropped_deltas:
-            log.info("a slow surface skipped %s text deltas", self.dropped_deltas)
+        if self.dropped_deltas or self.coalesced_updates:
+            log.info(
+                "a slow surface skipped %s text deltas and %s superseded tool updates",
+                self.dropped_deltas,
+                self.coalesced_updates,
+            )
         if not self.finished.done():
             self.finished.set_result(None)
 

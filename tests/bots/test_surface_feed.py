@@ -8,9 +8,16 @@ from typing import Any
 
 from bots.surface import Notice, RunStarted, SurfaceEvent
 from bots.surface_feed import SurfaceFeed
-from core.events import MessageEnd, MessageUpdate
-from core.messages import AssistantMessage, Text
+from core.events import (
+    MessageEnd,
+    MessageUpdate,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+)
+from core.messages import AssistantMessage, Text, ToolResultMessage
 from core.models.base import TextDelta
+from core.tools import ToolResult
 from tests.fakes.recording_surface import RecordingSurface
 
 
@@ -161,3 +168,31 @@ async def test_a_cancelled_feed_cancels_the_surface_call_it_was_waiting_on() -> 
     await asyncio.wait([task], timeout=5)
     assert surface.cancelled
     assert feed.finished.cancelled()
+
+
+async def test_a_chatty_tool_behind_a_slow_surface_keeps_one_update_per_call_waiting() -> None:
+    # Partial results are snapshots: behind a stalled surface only the newest of each call
+    # waits, so a command printing for an hour cannot grow the queue without bound.
+    surface = Gated()
+    feed = SurfaceFeed(surface, limit=50)
+    feed.put(RunStarted("k", 7, None))
+    feed.put(ToolExecutionStart(tool_call_id="a", tool_name="bash", arguments={}))
+    feed.put(ToolExecutionStart(tool_call_id="b", tool_name="bash", arguments={}))
+    for line in range(20_000):
+        call = "a" if line % 2 else "b"
+        feed.put(ToolExecutionUpdate(call, "bash", ToolResult.text(f"line {line}")))
+    assert feed.waiting <= 5  # run_started (showing), two starts, one update per call
+    result = ToolResultMessage(tool_call_id="a", tool_name="bash", content=[Text(text="done")])
+    feed.put(ToolExecutionEnd(tool_call_id="a", tool_name="bash", result=result, duration_s=1))
+    feed.close()
+    surface.open.set()
+    await asyncio.wait_for(feed.wait(), 5)
+
+    updates = [e for e in surface.events if isinstance(e, ToolExecutionUpdate)]
+    shown = [(u.tool_call_id, u.partial.content[0]) for u in updates]
+    assert [(call, getattr(part, "text", None)) for call, part in shown] == [
+        ("b", "line 19998"),
+        ("a", "line 19999"),
+    ]
+    assert surface.types()[-1] == "tool_execution_end"
+    assert feed.coalesced_updates == 20_000 - 2
