@@ -13,9 +13,14 @@ A claimed run stays pending in the store until it is handed to the runner (then 
 own inbox and recovery carry it). A pending run older than RETRY_AFTER_S — its process died
 between the claim and the hand-over, or the platform refused to post its thread — is claimed
 again by one instance and tried again, at most MAX_START_ATTEMPTS times, then given up with an
-error in the log. So a due run is neither skipped by a crash nor started twice. Left: a crash
-in the moment between posting the thread and the runner storing the message leaves that
-first thread empty (the retry posts another).
+error in the log. So a due run is neither skipped by a crash nor started twice.
+
+Claims are stamped and compared on the database's clock (`store.now()`), never on an
+instance's own: two instances whose clocks disagree agree on a claim's age. Posting a thread
+gives up after START_TIMEOUT_S (a platform backing off from 429s), and RETRY_AFTER_S is longer
+than that by a margin, so a claim still being posted is never taken again. Left: a crash, or a
+post given up after the platform carried it out, leaves that first thread empty (the retry
+posts another).
 
 Must not: know a platform's payloads (each adapter's `ThreadStarter` does), or write SQL.
 """
@@ -25,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,8 +46,10 @@ log = logging.getLogger(__name__)
 
 MAX_DUE_PER_TICK = 50
 HEADER_PROMPT_CHARS = 300
-# Longer than any platform call's own timeout: a claim this old is not still being posted.
-RETRY_AFTER_S = 120.0
+# Posting a scheduled run's thread gives up after this (a platform's 429 back-offs included)…
+START_TIMEOUT_S = 240.0
+# …so a claim this old (on the database's clock) is not still being posted.
+RETRY_AFTER_S = START_TIMEOUT_S + 60.0
 MAX_START_ATTEMPTS = 5
 
 
@@ -97,10 +104,21 @@ class Scheduler:
         settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
+        shared_clock: Callable[[], Awaitable[float]] | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+        retry_after_s: float = RETRY_AFTER_S,
     ) -> None:
+        """`clock` says when schedules fall due (this process's time is fine for that);
+        `shared_clock` (default: the store's, the database's) stamps and ages claims, which
+        other instances compare."""
+        if retry_after_s <= start_timeout_s:
+            raise ValueError("a claim must outlive the longest start it may still be in")
         self.runner = runner
         self.settings = settings
         self._clock = clock
+        self._shared_clock = shared_clock or runner.store.now
+        self._start_timeout_s = start_timeout_s
+        self._retry_after_s = retry_after_s
         self._starters: dict[str, ThreadStarter] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -113,9 +131,10 @@ class Scheduler:
         failed or whose process died: the ids started."""
         now = self._clock()
         store = self.runner.store
+        stamp = await self._shared_clock()
         started: list[int] = []
         for pending in await store.unsettled_schedule_runs(
-            now - RETRY_AFTER_S, limit=MAX_DUE_PER_TICK
+            stamp - self._retry_after_s, limit=MAX_DUE_PER_TICK
         ):
             starter = self._starter_for(pending)
             if starter is None or pending.pending_due_at is None or pending.pending_since is None:
@@ -132,7 +151,7 @@ class Scheduler:
                     )
                 continue
             again = await store.reclaim_schedule_run(
-                pending.id, due_at=due_at, since=pending.pending_since, now=now
+                pending.id, due_at=due_at, since=pending.pending_since, now=stamp
             )
             if again is not None and await self._run(again, starter, due_at, now):
                 started.append(again.id)
@@ -142,7 +161,7 @@ class Scheduler:
                 continue  # another instance serves that platform
             due_at = schedule.next_run_at
             claimed = await store.claim_schedule(
-                schedule.id, due_at=due_at, next_run_at=next_after(schedule, now), now=now
+                schedule.id, due_at=due_at, next_run_at=next_after(schedule, now), now=stamp
             )
             if claimed is None:
                 continue  # another instance took this run
@@ -157,7 +176,7 @@ class Scheduler:
         self, schedule: Schedule, starter: ThreadStarter, due_at: float, now: float
     ) -> bool:
         """Start the claimed run; settled once the runner has it, else left pending (retried
-        after RETRY_AFTER_S). True when started."""
+        after the retry window). True when started."""
         try:
             await self._start(schedule, starter, due_at, now)
         except Exception:
@@ -165,7 +184,7 @@ class Scheduler:
                 "scheduled run of #%s in %s failed to start; tried again in %g s",
                 schedule.id,
                 schedule.channel_key,
-                RETRY_AFTER_S,
+                self._retry_after_s,
             )
             return False
         await self.runner.store.settle_schedule_run(schedule.id, due_at=due_at)
@@ -174,9 +193,10 @@ class Scheduler:
     async def _start(
         self, schedule: Schedule, starter: ThreadStarter, due_at: float, now: float
     ) -> None:
-        thread = await starter.start_thread(
-            schedule.channel_key, header_text(schedule), for_user=schedule.created_by
-        )
+        async with asyncio.timeout(self._start_timeout_s):  # the claim outlives it
+            thread = await starter.start_thread(
+                schedule.channel_key, header_text(schedule), for_user=schedule.created_by
+            )
         incoming = Incoming(
             conversation_key=thread.conversation_key,
             channel_key=schedule.channel_key,

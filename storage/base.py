@@ -462,6 +462,12 @@ class ConversationStore(Protocol):
         False if that run was not pending (settled already, or replaced by a later one)."""
         ...
 
+    async def now(self) -> float:
+        """The database's time (epoch seconds): the one clock every instance of a shared store
+        reads alike, for stamps another instance compares (a schedule run's claim). SQLite is
+        on one host, so its clock is the store's own; PostgreSQL answers with its own."""
+        ...
+
 
 # --- several instances on one database (docs/architecture.md, "Several instances") ----------
 

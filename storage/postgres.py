@@ -974,6 +974,9 @@ class PostgresStore:
             lambda connection: scheduling.settle(connection, schedule_id, due_at)
         )
 
+    async def now(self) -> float:
+        return await self._call(scheduling.database_time)
+
     # --- several instances (storage.base.InstanceCoordination) -----------------------------
 
     @property

@@ -107,3 +107,9 @@ async def reclaim(
 async def settle(connection: asyncpg.Connection, schedule_id: int, due_at: float) -> bool:
     found = await connection.fetchval(statements.SETTLE_SCHEDULE_RUN.postgres, schedule_id, due_at)
     return found is not None
+
+
+async def database_time(connection: asyncpg.Connection) -> float:
+    """The server's clock, which every instance shares (not the transaction's start)."""
+    value = await connection.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
+    return float(value)

@@ -776,6 +776,9 @@ class SqliteStore:
     async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
         return await self._write(scheduling.SETTLE_SCHEDULE_RUN, (schedule_id, due_at))
 
+    async def now(self) -> float:
+        return self._clock()  # every process of one SQLite file runs on its host
+
 
 if TYPE_CHECKING:
 

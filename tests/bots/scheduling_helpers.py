@@ -4,7 +4,7 @@ shows each run on a `RecordingSurface`, and a runner wired with the channel tool
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,16 @@ class Wired:
     starter: RecordingStarter
 
 
+def shared(clock: Callable[[], float]) -> Callable[[], Awaitable[float]]:
+    """A fake clock as the instances' shared clock (the database's, in production), so that a
+    test moves both when it moves time."""
+
+    async def now() -> float:
+        return clock()
+
+    return now
+
+
 def wire(
     store: ConversationStore,
     tmp_path: Path,
@@ -70,7 +80,7 @@ def wire(
             config, ChannelMemory(store, config.memory), schedules, ["slack"]
         ),
     )
-    scheduler = Scheduler(runner, config, clock=clock)
+    scheduler = Scheduler(runner, config, clock=clock, shared_clock=shared(clock))
     starter = RecordingStarter()
     scheduler.add_platform("slack", starter)
     return Wired(runner, scheduler, schedules, starter)

@@ -9,6 +9,7 @@ from pathlib import Path
 from bots.scheduler import RETRY_AFTER_S, Scheduler
 from bots.schedules import NewSchedule, Schedules
 from core.models.scripted import Reply, ScriptedModel
+from tests.bots.scheduling_helpers import shared
 from tests.bots.slack.e2e_harness import ALICE
 from tests.bots.slack.test_commands import CHANNEL, running
 from tests.fakes.slack_server import FakeSlack
@@ -71,7 +72,7 @@ async def test_a_schedule_whose_message_slack_refused_is_posted_once_when_slack_
         await Schedules(app.store, settings, clock=clock).create(
             channel_key, NewSchedule("Check the queue", cron="0 9 * * 1"), by_id=ALICE, by_name="a"
         )
-        scheduler = Scheduler(app.runner, settings, clock=clock)
+        scheduler = Scheduler(app.runner, settings, clock=clock, shared_clock=shared(clock))
         scheduler.add_platform("slack", app.bot.surfaces)
         clock.now += 6 * 86400  # past Monday 09:00
         fake_slack.fail_next("chat.postMessage", 500, times=50)  # past the client's own retries
