@@ -328,12 +328,11 @@ class SqliteStore(SqliteConnections):
     ) -> Usage:
         """Total usage recorded at or after `since` (a timestamp), narrowed by every filter
         given: e.g. `usage_since(midnight, channel_key=...)` is what a channel spent today."""
-        filters = {
-            "conversation_id": conversation_id,
-            "user_id": user_id,
-            "channel_key": channel_key,
-        }
-        return await self._read(lambda db: usage_ledger.read_usage_since(db, since, filters))
+        return await self._read(
+            lambda db: usage_ledger.read_usage_since(
+                db, since, conversation_id, user_id, channel_key
+            )
+        )
 
     async def usage_summary(
         self,
@@ -345,12 +344,11 @@ class SqliteStore(SqliteConnections):
     ) -> UsageSummary:
         """Usage, runs started and votes cast at or after `since`, narrowed by every filter
         given (a vote is in scope when its run is), read in one statement (one snapshot)."""
-        filters = {
-            "conversation_id": conversation_id,
-            "user_id": user_id,
-            "channel_key": channel_key,
-        }
-        return await self._read(lambda db: usage_ledger.read_usage_summary(db, since, filters))
+        return await self._read(
+            lambda db: usage_ledger.read_usage_summary(
+                db, since, conversation_id, user_id, channel_key
+            )
+        )
 
     # --- feedback and channel configuration -----------------------------------------------
 

@@ -81,8 +81,15 @@ RECORD_USAGE: Op[Db, UsageCall, None] = Op(
 )
 
 
-async def read_usage_since(db: Db, since: float, filters: dict[str, Any]) -> Usage:
+async def read_usage_since(
+    db: Db, since: float, conversation_id: int | None, user_id: str | None, channel_key: str | None
+) -> Usage:
     """Total usage recorded at or after `since`, narrowed by every filter not None."""
+    filters = {
+        "conversation_id": conversation_id,
+        "user_id": user_id,
+        "channel_key": channel_key,
+    }
     where = ["at >= ?"]
     params: list[Any] = [since]
     for column, value in filters.items():
@@ -93,9 +100,16 @@ async def read_usage_since(db: Db, since: float, filters: dict[str, Any]) -> Usa
     return rows.usage_of(await fetchone(db, sql, params))
 
 
-async def read_usage_summary(db: Db, since: float, filters: dict[str, Any]) -> UsageSummary:
+async def read_usage_summary(
+    db: Db, since: float, conversation_id: int | None, user_id: str | None, channel_key: str | None
+) -> UsageSummary:
     """Usage, runs started and votes cast at or after `since`, narrowed by every filter not
     None (a vote is in scope when its run is), read in one statement (one snapshot)."""
+    filters = {
+        "conversation_id": conversation_id,
+        "user_id": user_id,
+        "channel_key": channel_key,
+    }
     given = {column: value for column, value in filters.items() if value is not None}
     params = [since, *given.values()]
 
