@@ -170,9 +170,7 @@ class _Run:
         self.tool_calls = ToolCalls(
             context.tools,
             signal=control.signal,
-            workspace=config.workspace,
-            caller=config.caller,
-            conversation_key=config.conversation_key,
+            settings=config,
             emit=emit,
         )
         self.tool_specs = [tool.spec() for tool in context.tools]

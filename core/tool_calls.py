@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -39,6 +39,14 @@ CANCELLED_TOOL_TEXT = "The run was stopped before this tool finished; its outcom
 Runnable = tuple[ToolCall, AnyTool, Any]  # a call, its tool, its validated parameters
 
 
+class CallSettings(Protocol):
+    """What each call's `ToolContext` is given, read at each call (core.loop's `LoopConfig`)."""
+
+    workspace: Path
+    caller: Author | None
+    conversation_key: str | None
+
+
 class ToolCalls:
     """A run's tools, and how one batch of calls is run; every event goes to `emit`."""
 
@@ -47,16 +55,12 @@ class ToolCalls:
         tools: Sequence[AnyTool],
         *,
         signal: CancelSignal,
-        workspace: Path,
-        caller: Author | None,
-        conversation_key: str | None,
+        settings: CallSettings,
         emit: Callable[[AgentEvent | None], None],
     ) -> None:
         self.tools: dict[str, AnyTool] = {tool.name: tool for tool in tools}
         self.signal = signal
-        self.workspace = workspace
-        self.caller = caller
-        self.conversation_key = conversation_key
+        self.settings = settings
         self.emit = emit
 
     def refuse_cut_off(self, calls: list[ToolCall]) -> list[ToolResultMessage]:
@@ -157,11 +161,11 @@ class ToolCalls:
 
         ctx = ToolContext(
             call_id=call.id,
-            workspace=self.workspace,
+            workspace=self.settings.workspace,
             signal=self.signal,
             on_update=on_update,
-            caller=self.caller,
-            conversation_key=self.conversation_key,
+            caller=self.settings.caller,
+            conversation_key=self.settings.conversation_key,
         )
         started = time.monotonic()
         is_error = False
