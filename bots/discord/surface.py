@@ -1,7 +1,10 @@
 """How a run looks on Discord (docs/architecture.md, "The contracts": Surface).
 
-Owns: `DiscordSurface` and `DiscordSurfaces` (the factory that reports on an earlier run after a
-restart). A run shows as:
+Owns: `DiscordSurface` (its lifecycle a state machine, `Stage`, drawn in its docstring) and
+`DiscordSurfaces` (the factory that reports on an earlier run after a restart). Its parts:
+the messages it posts and edits (`surface_posted`), an answer's text as messages
+(`surface_parts`), the tool embeds and one-line texts (`surface_lines`), what a restart finds
+of an earlier process's answer (`surface_recovery`). A run shows as:
 - a head message, posted at `run_started` ("Working…" with a Stop button whose persistent
   custom id carries the run), or the interaction's own response for `/ask`;
 - the answer streamed into the head and the messages after it, edited at most about once a
@@ -30,164 +33,104 @@ it could be stored (one read of the bot's own messages after `after`): nothing i
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
+import enum
 import io
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any
 
 import discord
 
 from bots.discord.buttons import feedback_view, stop_view
-from bots.markdown_split import split_markdown
+from bots.discord.surface_lines import (
+    MAX_UPLOAD_BYTES,
+    cut,
+    error_line,
+    notice_line,
+    summary,
+    too_large_line,
+    tool_ended_embed,
+    tool_started_embed,
+)
+from bots.discord.surface_parts import (
+    MAX_PARTS_PER_BLOCK,
+    MESSAGE_LIMIT,
+    OVERFLOW_FILE,
+    OVERFLOW_TEXT,
+    Block,
+    split_parts,
+)
+from bots.discord.surface_posted import (
+    NO_MENTIONS,
+    BotMessage,
+    InteractionResponse,
+    Posted,
+    partial_message,
+    token_refused,
+)
+from bots.discord.surface_recovery import (
+    Recovered,
+    adopt_shown_parts,
+    recovered_from_ref,
+    ref_int,
+)
 from bots.narration import visible_text
 from bots.runner import DELIVERED_TEXT, QUEUED_TEXT
-from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
+from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface
+from bots.surface_base import SurfaceBase
 from bots.throttle import Throttle
-from core.events import (
-    AgentEnd,
-    AgentStart,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
-    TurnEnd,
-    TurnStart,
-)
+from core.events import ToolExecutionEnd, ToolExecutionStart
 from core.messages import AssistantMessage
-from core.models.base import TextDelta
+
+__all__ = [
+    "EDIT_INTERVAL_S",
+    "MAX_PARTS_PER_BLOCK",
+    "MAX_UPLOAD_BYTES",
+    "MESSAGE_LIMIT",
+    "OVERFLOW_FILE",
+    "OVERFLOW_TEXT",
+    "PLATFORM",
+    "TOKEN_LIFE_S",
+    "WORKING_TEXT",
+    "DiscordSurface",
+    "DiscordSurfaces",
+    "Recovered",
+    "Stage",
+]
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "discord"
-MESSAGE_LIMIT = 2_000
 EDIT_INTERVAL_S = 1.0
 TOKEN_LIFE_S = 15 * 60 - 60  # an interaction token's 15 minutes, less a margin for the call
-MAX_PARTS_PER_BLOCK = 10  # more than this is attached as a file instead of a wall of messages
-EMBED_OUTPUT_CHARS = 900  # tool output shown in the embed; more goes to a file
-EMBED_ARGS_CHARS = 300
-EMBED_TITLE_CHARS = 240
-MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # under Discord's default 10 MiB per upload
-ERROR_CHARS = 400
-LOOKUP_LIMIT = 50  # the bot's messages read after a crash to find an unrecorded part
 WORKING_TEXT = "⏳ Working…"
-OVERFLOW_FILE = "answer.md"
-OVERFLOW_TEXT = f"*(The rest of this answer is attached as `{OVERFLOW_FILE}` when it is complete.)*"
-GREEN = 0x2D9D78
-RED = 0xD9534F
-GREY = 0x99AAB5
-_NOTICE_MARK = {"info": "ℹ️", "warning": "⚠️", "error": "❌"}
-_INVALID_TOKEN_CODES = frozenset({50027, 10015})  # invalid webhook token, unknown webhook
-_NO_MENTIONS = discord.AllowedMentions.none()
 # A person's own message steered into a running answer is acknowledged with a reaction on it,
 # not a line in the thread: 👀 when queued, ✅ once the answer takes it into account.
 _REACTIONS = {QUEUED_TEXT: "👀", DELIVERED_TEXT: "✅"}
 
 
-class Posted(abc.ABC):
-    """A message this surface posted and may edit. `edit` returns False when it can no
-    longer edit it (an interaction token that expired or was refused)."""
+class Stage(enum.Enum):
+    """Where a `DiscordSurface` is in showing its run (the diagram is in its docstring)."""
 
-    def __init__(self, message_id: int, content: str = "") -> None:
-        self.id = message_id
-        self.content = content
-        self.has_view = False
-
-    @abc.abstractmethod
-    async def edit(self, **fields: Any) -> bool: ...
-
-    async def current_content(self) -> str | None:
-        """What the message shows now, as Discord says (None: can't tell)."""
-        return None
-
-    async def delete(self) -> bool:
-        """Remove it; False if it could not be."""
-        return False
+    NO_HEAD = "no head"  # nothing shown yet: a mention's answer, a steered message's notices
+    HEAD_GIVEN = "head given"  # a head shown before this surface; what it says is unknown
+    WORKING = "working"  # the head says WORKING_TEXT with Stop, or the answer's first part
+    FINISHED = "finished"  # the end is being shown, or was: nothing carries Stop any more
 
 
-class _BotMessage(Posted):
-    def __init__(self, message: discord.Message | discord.PartialMessage, content: str) -> None:
-        super().__init__(message.id, content)
-        self._message = message
-
-    async def edit(self, **fields: Any) -> bool:
-        try:
-            await self._message.edit(**fields)
-        except (discord.NotFound, discord.Forbidden):
-            return False  # deleted, or not ours to edit: the caller shows it anew
-        return True
-
-    async def current_content(self) -> str | None:
-        try:
-            return (await self._message.fetch()).content
-        except discord.HTTPException:
-            return None
-
-    async def delete(self) -> bool:
-        try:
-            await self._message.delete()
-        except discord.NotFound:
-            return True  # gone already
-        except discord.HTTPException:
-            log.warning("could not delete a stale part of an answer")
-            return False
-        return True
+# The transitions `DiscordSurface._enter` expects; any other is logged and made all the same.
+_TRANSITIONS: dict[Stage, frozenset[Stage]] = {
+    Stage.NO_HEAD: frozenset({Stage.WORKING, Stage.FINISHED}),
+    Stage.HEAD_GIVEN: frozenset({Stage.WORKING, Stage.FINISHED}),
+    Stage.WORKING: frozenset({Stage.FINISHED}),
+    Stage.FINISHED: frozenset(),
+}
 
 
-class _InteractionResponse(Posted):
-    """The `/ask` interaction's original response, editable through its token while alive."""
-
-    def __init__(
-        self,
-        interaction: discord.Interaction[Any],
-        message_id: int,
-        content: str,
-        alive: Callable[[], bool],
-    ) -> None:
-        super().__init__(message_id, content)
-        self._interaction = interaction
-        self._alive = alive
-
-    async def edit(self, **fields: Any) -> bool:
-        if not self._alive():
-            return False
-        try:
-            await self._interaction.edit_original_response(**fields)
-        except discord.HTTPException as exc:
-            if exc.status == 401 or exc.code in _INVALID_TOKEN_CODES:
-                return False
-            raise
-        return True
-
-
-@dataclass(slots=True, frozen=True)
-class Recovered:
-    """What an earlier process's `ref` says it showed (see the module's "Recovery")."""
-
-    parts: tuple[int, ...] = ()  # the latest stretch of answer text, in order
-    after: int | None = None  # the newest message it had posted when the ref was stored
-    tools: int = 0  # tool calls it had shown (their embeds posted)
-    head_text: bool = False  # the head shows answer text (not the "working" status)
-    attached: bool = False  # the latest stretch's overflow file is posted
-
-
-@dataclass(slots=True)
-class _Block:
-    """One stretch of answer text between tool calls, shown as one or more messages."""
-
-    text: str = ""
-    posted: list[Posted] = field(default_factory=list)
-    overflow_attached: bool = False
-
-
-class DiscordSurface:
+class DiscordSurface(SurfaceBase):
     """Shows one run (or one steered message's notices) in a Discord channel, thread or DM.
 
     `channel` is where new messages go (the conversation's thread or DM). `head` is a message
@@ -196,6 +139,25 @@ class DiscordSurface:
     which acknowledgements of a steered message react to. `recovered` is what an earlier
     process's ref says it showed (a restart's report), `own_id` the bot's user id (to find its
     own messages then). `clock` and `edit_interval_s` are for tests.
+
+    Its lifecycle (`Stage`; `_enter` makes every transition):
+
+        NO_HEAD ──── run_started: post the head ─────────────┐
+                                                             ▼
+        HEAD_GIVEN ─ run_started: edit the head to ────▶ WORKING ─── run_finished ──▶ FINISHED
+           │         "Working…" + Stop (through the                                    ▲
+           │         token while it lives, else post                                   │
+           │         a new head with the bot token)                                    │
+           └──────── run_finished (a restart's report: no run_started) ───────────────┤
+        NO_HEAD ──── run_finished (a restart's report of a run without a head) ────────┘
+
+    A head is given by an `/ask` (its deferred response) or by a restart's ref. In WORKING the
+    head shows "Working…" until the answer's first part streams into it, unless a tool call
+    came first: then the answer streams in messages after the tool embeds and the head stays a
+    status. FINISHED is entered once the last text is flushed: a head that is only a status (or
+    a given head that still says "Working…") becomes the one-line summary, any other loses its
+    Stop, the last part of the answer gets 👍/👎 when it is done, and an error gets one line.
+    Notices and files are shown in any stage. A part reposted once FINISHED carries no Stop.
     """
 
     def __init__(
@@ -221,23 +183,22 @@ class DiscordSurface:
         self._reply_to = reply_to
         self._clock = clock
         self._token_deadline = clock() + token_life_s
+        self._stage = Stage.NO_HEAD
         self._head: Posted | None = None
         # An /ask's head is in the channel, the conversation in the thread started from it.
         self._head_channel_id = _channel_id(head_channel) if head_channel is not None else None
         if head_id is not None:
             if interaction is not None:
-                self._head = _InteractionResponse(interaction, head_id, "", self._token_alive)
+                self._head = InteractionResponse(interaction, head_id, "", self._token_alive)
             else:
-                self._head = _BotMessage(_partial(head_channel or channel, head_id), "")
+                self._head = BotMessage(partial_message(head_channel or channel, head_id), "")
             # Shown before (a restart's report): its Stop button, if any, must go at the end.
             self._head.has_view = True
+            self._stage = Stage.HEAD_GIVEN
         self._first_head = self._head
-        self._head_is_status = False  # the head shows WORKING_TEXT, set by this surface
         self._recovered = recovered
         self._own_id = own_id
-        # The head shows the first block's first part.
-        self._head_in_text = recovered is not None and recovered.head_text
-        self._blocks: list[_Block] = []
+        self._blocks: list[Block] = []
         self._tools: dict[str, tuple[Posted, ToolExecutionStart]] = {}
         self._tool_count = recovered.tools if recovered is not None else 0
         self._tools_shown = self._tool_count  # embeds posted (what a restart can know of)
@@ -248,7 +209,12 @@ class DiscordSurface:
         self._throttle = Throttle(self._flush, edit_interval_s, clock=clock)
         self._typing: asyncio.Task[None] | None = None
         self._typing_stop = asyncio.Event()
-        self._finished = False
+
+    def _enter(self, stage: Stage) -> None:
+        """The one place the stage changes (the diagram in the class's docstring)."""
+        if stage not in _TRANSITIONS[self._stage]:
+            log.warning("a Discord surface went from %s to %s", self._stage.value, stage.value)
+        self._stage = stage
 
     # -- the Surface contract ----------------------------------------------------------------
 
@@ -274,7 +240,7 @@ class DiscordSurface:
             ref["after"] = str(after)
         if self._tools_shown:
             ref["tools"] = self._tools_shown
-        if self._head_in_text:
+        if self._head_shows_answer():
             ref["head_text"] = True
         return ref
 
@@ -286,192 +252,65 @@ class DiscordSurface:
         if self._checkpoint is not None:
             await self._checkpoint()
 
-    async def emit(self, event: SurfaceEvent) -> None:
-        match event:
-            case RunStarted(run_id=run_id):
-                self._run_id = run_id
-                self._start_typing()
-                await self._show_head()
-            case MessageStart(message=AssistantMessage()):
-                if not self._blocks or self._blocks[-1].text:
-                    self._blocks.append(_Block())
-            case MessageUpdate(delta=TextDelta(delta=text)):
-                if text:
-                    if not self._blocks:
-                        self._blocks.append(_Block())
-                    self._blocks[-1].text += text
-                    self._throttle.request()
-            case MessageEnd(message=AssistantMessage() as message):
-                # The whole reply: deltas a slow surface's feed dropped (bounded) are in it;
-                # a reply calling tools with no text narrates with its thinking.
-                text = visible_text(message)
-                if text and self._blocks:
-                    self._blocks[-1].text = text
-                self._throttle.request()
-            case ToolExecutionStart():
-                await self._throttle.drain()  # the text before the call shows above it
-                await self._tool_started(event)
-            case ToolExecutionEnd():
-                await self._tool_ended(event)
-            case Notice():
-                await self._notice(event)
-            case FileOut():
-                await self._file(event)
-            case RunFinished():
-                await self._finish(event)
-            case (
-                AgentStart()
-                | TurnStart()
-                | MessageStart()
-                | MessageUpdate()
-                | MessageEnd()
-                | ToolExecutionUpdate()
-                | TurnEnd()
-                | AgentEnd()
-            ):
-                pass
-            case _:
-                assert_never(event)
-
     async def close(self) -> None:
         await self._throttle.close()
         await self._stop_typing()
 
-    # -- the head ----------------------------------------------------------------------------
+    # -- the hooks (bots.surface_base) -------------------------------------------------------
 
-    def _token_alive(self) -> bool:
-        return self._clock() < self._token_deadline
+    async def on_run_started(self, event: RunStarted) -> None:
+        self._run_id = event.run_id
+        self._start_typing()
+        await self._show_head()
 
-    def _stop_button(self) -> discord.ui.View | None:
-        if self._run_id is None:
-            return None
-        return stop_view(self._run_id, self._conversation_channel_id)
+    async def on_reply_started(self, message: AssistantMessage) -> None:
+        if not self._blocks or self._blocks[-1].text:
+            self._blocks.append(Block())
 
-    async def _show_head(self) -> None:
-        async with self._lock:
-            view = self._stop_button()
-            head = self._head
-            shown = head is not None and (
-                view is None or await head.edit(content=WORKING_TEXT, view=view)
-            )
-            if head is None or not shown:
-                head = await self._send(WORKING_TEXT, view=view)
-            head.content = WORKING_TEXT
-            head.has_view = view is not None
-            self._head = head
-            self._head_is_status = True
+    async def on_text(self, message: AssistantMessage, delta: str) -> None:
+        if delta:
+            if not self._blocks:
+                self._blocks.append(Block())
+            self._blocks[-1].text += delta
+            self._throttle.request()
 
-    # -- text --------------------------------------------------------------------------------
+    async def on_reply_ended(self, message: AssistantMessage) -> None:
+        # The whole reply: deltas a slow surface's feed dropped (bounded) are in it; a reply
+        # calling tools with no text narrates with its thinking.
+        text = visible_text(message)
+        if text and self._blocks:
+            self._blocks[-1].text = text
+        self._throttle.request()
 
-    async def _flush(self) -> None:
-        """Render every block's current text (called by the throttle, at most ~1/s)."""
-        async with self._lock:
-            for block in self._blocks:
-                await self._render_block(block)
-
-    async def _render_block(self, block: _Block) -> None:
-        parts, _ = _parts(block.text)
-        for index, part in enumerate(parts):
-            if index < len(block.posted):
-                posted = block.posted[index]
-                if posted.content != part:
-                    await self._edit_or_repost(block, index, content=part)
-                continue
-            if not block.posted and self._may_use_head():
-                assert self._head is not None
-                self._head_in_text = True
-                block.posted.append(self._head)
-                await self._edit_or_repost(block, 0, content=part)
-                continue
-            block.posted.append(await self._send(part))
-            await self._store_ref()
-        # Fewer parts than shown (an answer recovered after a crash, fences rebalanced): a
-        # stale part must not keep showing old text. The first one is never stale.
-        while len(block.posted) > max(len(parts), 1):
-            stale = block.posted.pop()
-            if stale is self._head or not await stale.delete():
-                block.posted.append(stale)
-                break
-            await self._store_ref()
-
-    def _may_use_head(self) -> bool:
-        """The first text of a run goes into the head, unless tools came first."""
-        return (
-            self._head is not None
-            and not self._head_in_text
-            and self._tool_count == 0
-            and not any(b.posted for b in self._blocks)
-        )
-
-    async def _edit_or_repost(self, block: _Block, index: int, **fields: Any) -> None:
-        posted = block.posted[index]
-        if await posted.edit(allowed_mentions=_NO_MENTIONS, **fields):
-            posted.content = fields.get("content", posted.content)
-            return
-        # The interaction token is gone: show it anew with the bot token, and keep going there.
-        replacement = await self._send(
-            fields.get("content", posted.content), view=self._stop_button()
-        )
-        replacement.has_view = self._run_id is not None and not self._finished
-        block.posted[index] = replacement
-        if posted is self._head:
-            self._head = replacement
-        await self._store_ref()
-
-    # -- tools -------------------------------------------------------------------------------
-
-    async def _tool_started(self, event: ToolExecutionStart) -> None:
+    async def on_tool_started(self, event: ToolExecutionStart) -> None:
+        await self._throttle.drain()  # the text before the call shows above it
         self._tool_count += 1
-        embed = discord.Embed(
-            title=_cut(f"⚙️ {event.label or event.tool_name}", EMBED_TITLE_CHARS), colour=GREY
-        )
+        embed = tool_started_embed(event)
         async with self._lock:
             # Text after the call goes below it, in a block of its own: the ref names that
             # block's (no) parts before the call shows, so a crash now never has the answer
             # after the call recovered into the text before it.
-            self._blocks.append(_Block())
+            self._blocks.append(Block())
             await self._store_ref()
             posted = await self._send("", embed=embed)
             self._tools_shown += 1
         self._tools[event.tool_call_id] = (posted, event)
 
-    async def _tool_ended(self, event: ToolExecutionEnd) -> None:
+    async def on_tool_ended(self, event: ToolExecutionEnd) -> None:
         started = self._tools.pop(event.tool_call_id, None)
-        label = event.tool_name
-        arguments: dict[str, Any] = {}
-        if started is not None:
-            label = started[1].label or event.tool_name
-            arguments = started[1].arguments
-        output = event.result.text()
-        mark = "❌" if event.is_error else "✅"
-        embed = discord.Embed(
-            title=_cut(f"{mark} {label}", EMBED_TITLE_CHARS),
-            colour=RED if event.is_error else GREEN,
-        )
-        if output.strip():
-            embed.description = _code(_cut(output, EMBED_OUTPUT_CHARS))
-        if arguments:
-            embed.add_field(name="arguments", value=_code(_cut(_json(arguments), EMBED_ARGS_CHARS)))
-        embed.set_footer(text=f"{event.tool_name} · {event.duration_s:.1f}s")
-        files: list[discord.File] = []
-        if len(output) > EMBED_OUTPUT_CHARS:
-            data = output.encode()[:MAX_UPLOAD_BYTES]
-            files.append(discord.File(io.BytesIO(data), filename=f"{event.tool_name}-output.txt"))
+        embed, files = tool_ended_embed(event, started[1] if started is not None else None)
         async with self._lock:
             if started is None:
                 await self._send("", embed=embed, files=files)
                 return
-            posted = started[0]
             fields: dict[str, Any] = {"embed": embed}
             if files:
                 fields["attachments"] = files
-            if not await posted.edit(**fields):
+            if not await started[0].edit(**fields):
                 await self._send("", embed=embed, files=files)
 
-    # -- notices, files, the end -------------------------------------------------------------
-
-    async def _notice(self, event: Notice) -> None:
-        text = _cut(f"{_NOTICE_MARK[event.level]} {event.text}", MESSAGE_LIMIT)
+    async def on_notice(self, event: Notice) -> None:
+        text = notice_line(event)
         reaction = _REACTIONS.get(event.text)
         if reaction is not None and event.audience is not None and self._reply_to is not None:
             try:
@@ -486,11 +325,11 @@ class DiscordSurface:
             if self._interaction is not None and self._token_alive():
                 try:
                     await self._interaction.followup.send(
-                        text, ephemeral=True, allowed_mentions=_NO_MENTIONS
+                        text, ephemeral=True, allowed_mentions=NO_MENTIONS
                     )
                     return
                 except discord.HTTPException as exc:
-                    if exc.status != 401 and exc.code not in _INVALID_TOKEN_CODES:
+                    if not token_refused(exc):
                         raise
             user_id = event.audience.id
             if user_id.isdigit():
@@ -498,118 +337,165 @@ class DiscordSurface:
                     everyone=False, roles=False, users=[discord.Object(id=int(user_id))]
                 )
                 await self._send(
-                    _cut(f"<@{user_id}> {text}", MESSAGE_LIMIT), allowed_mentions=mentions
+                    cut(f"<@{user_id}> {text}", MESSAGE_LIMIT), allowed_mentions=mentions
                 )
             else:
                 await self._send(text)
 
-    async def _file(self, event: FileOut) -> None:
+    async def on_file(self, event: FileOut) -> None:
         async with self._lock:
             if len(event.data) > MAX_UPLOAD_BYTES:
-                size_mb = len(event.data) / 1_048_576
-                await self._send(
-                    _cut(
-                        f"📎 `{event.name}` is too large to attach here ({size_mb:.1f} MB); "
-                        f"it is in the channel's workspace at `{event.path}`.",
-                        MESSAGE_LIMIT,
-                    )
-                )
+                await self._send(too_large_line(event))
                 return
             await self._send(
                 "", files=[discord.File(io.BytesIO(event.data), filename=event.name[:200])]
             )
 
-    async def _finish(self, event: RunFinished) -> None:
+    async def on_run_finished(self, event: RunFinished) -> None:
         self._run_id = event.run_id
         if event.final_text.strip() and not any(block.text.strip() for block in self._blocks):
             # Nothing was streamed (a report after a restart, a model that does not stream).
-            block = _Block(text=event.final_text)
+            block = Block(text=event.final_text)
             if self._recovered is not None:
                 async with self._lock:
-                    await self._shown_before(block)
+                    await adopt_shown_parts(
+                        block,
+                        self._recovered,
+                        channel=self._channel,
+                        head=self._head,
+                        head_free=self._may_use_head(),
+                        own_id=self._own_id,
+                    )
             self._blocks.append(block)
             self._throttle.request()
         await self._throttle.drain()
-        self._finished = True
+        was_working = self._stage is Stage.WORKING
+        self._enter(Stage.FINISHED)
         await self._stop_typing()
         async with self._lock:
             await self._attach_overflow()
-            last = self._last_text_message()
-            head = self._head
-            if head is not None and head.has_view and not self._head_is_status:
-                # A head shown before a restart: if it still says "working", it is a status.
-                self._head_is_status = await head.current_content() == WORKING_TEXT
-            if head is not None and head is not last and (head.has_view or self._head_is_status):
-                if self._head_is_status and not self._head_in_text:
-                    # The head has no text of its own: it becomes a one-line summary.
-                    summary = _summary(event, self._tool_count)
-                    if not await head.edit(content=summary, view=None):
-                        await self._send(summary)
-                else:  # what it shows (after a restart: unknown to us) stays
-                    await head.edit(view=None)
-                head.has_view = False
-            if last is not None:
-                view = feedback_view(event.run_id) if event.outcome == "done" else None
-                if view is not None or last.has_view:
-                    if not await last.edit(view=view):
-                        await self._send(last.content, view=view)
-                    last.has_view = view is not None
-            if event.error_text:
-                await self._send(_error_line(event))
+            await self._show_end(event, was_working)
 
-    async def _shown_before(self, block: _Block) -> None:
-        """Find what an earlier process showed of `block` (a restart's report): the parts its
-        ref names, then any of the bot's own messages after what the ref knew that reads like
-        the next part, or is the overflow file (posted in the instant before it could be
-        stored). They are edited in place, never posted again."""
-        recovered = self._recovered or Recovered()
+    # -- the head ----------------------------------------------------------------------------
+
+    def _token_alive(self) -> bool:
+        return self._clock() < self._token_deadline
+
+    def _stop_button(self) -> discord.ui.View | None:
+        if self._run_id is None:
+            return None
+        return stop_view(self._run_id, self._conversation_channel_id)
+
+    def _head_shows_answer(self) -> bool:
+        """The head shows the answer's first part (streamed into it, or as a restart's ref says
+        an earlier process did), not the "working" status."""
+        if self._recovered is not None and self._recovered.head_text:
+            return True
         head = self._head
-        for part_id in recovered.parts[:MAX_PARTS_PER_BLOCK]:
-            if head is not None and part_id == head.id:
-                self._head_in_text = True
-                block.posted.append(head)
-            else:
-                block.posted.append(_BotMessage(_partial(self._channel, part_id), ""))
-        if not block.posted and self._may_use_head():
-            assert head is not None
-            self._head_in_text = True
-            block.posted.append(head)
-        block.overflow_attached = recovered.attached
-        expected, overflows = _parts(block.text)
-        missing = len(block.posted) < len(expected) or (overflows and not block.overflow_attached)
-        known = [*recovered.parts, *([head.id] if head is not None else [])]
-        anchor = max(recovered.after or 0, *known, 0)
-        if not missing or not anchor or self._own_id is None:
-            return
-        for message in await self._own_messages_after(anchor):
-            if message.embeds:
-                continue
-            if any(attached.filename == OVERFLOW_FILE for attached in message.attachments):
-                block.overflow_attached = overflows
-            elif (
-                message.content
-                and not message.attachments
-                and len(block.posted) < len(expected)
-                and _continues(message.content, expected[len(block.posted)])
-            ):
-                block.posted.append(_BotMessage(message, message.content))
+        return head is not None and any(
+            posted is head for block in self._blocks for posted in block.posted
+        )
 
-    async def _own_messages_after(self, anchor: int) -> list[discord.Message]:
-        """The bot's own messages after `anchor`, oldest first (one read, bounded)."""
-        found: list[discord.Message] = []
-        try:
-            async for message in self._channel.history(
-                limit=LOOKUP_LIMIT, after=discord.Object(id=anchor), oldest_first=True
-            ):
-                if message.id > anchor and message.author.id == self._own_id:
-                    found.append(message)
-        except discord.HTTPException:
-            log.warning("could not read the channel to find an answer's parts; posting them")
-        return sorted(found, key=lambda message: message.id)
+    def _may_use_head(self) -> bool:
+        """The first text of a run goes into the head, unless tools came first."""
+        return (
+            self._head is not None
+            and not self._head_shows_answer()
+            and self._tool_count == 0
+            and not any(b.posted for b in self._blocks)
+        )
+
+    async def _show_head(self) -> None:
+        async with self._lock:
+            view = self._stop_button()
+            head = self._head
+            shown = head is not None and (
+                view is None or await head.edit(content=WORKING_TEXT, view=view)
+            )
+            if head is None or not shown:
+                head = await self._send(WORKING_TEXT, view=view)
+            head.content = WORKING_TEXT
+            head.has_view = view is not None
+            self._head = head
+            self._enter(Stage.WORKING)
+
+    async def _show_end(self, event: RunFinished, was_working: bool) -> None:
+        """The head's and the last part's buttons at the end, the summary, the error line.
+        `was_working`: this surface showed the head as working (it is a status line)."""
+        last = self._last_text_message()
+        head = self._head
+        head_is_status = was_working
+        if head is not None and head.has_view and not was_working:
+            # A head shown before a restart: if it still says "working", it is a status.
+            head_is_status = await head.current_content() == WORKING_TEXT
+        if head is not None and head is not last and (head.has_view or head_is_status):
+            if head_is_status and not self._head_shows_answer():
+                # The head has no text of its own: it becomes a one-line summary.
+                line = summary(event, self._tool_count)
+                if not await head.edit(content=line, view=None):
+                    await self._send(line)
+            else:  # what it shows (after a restart: unknown to us) stays
+                await head.edit(view=None)
+            head.has_view = False
+        if last is not None:
+            view = feedback_view(event.run_id) if event.outcome == "done" else None
+            if view is not None or last.has_view:
+                if not await last.edit(view=view):
+                    await self._send(last.content, view=view)
+                last.has_view = view is not None
+        if event.error_text:
+            await self._send(error_line(event))
+
+    # -- text --------------------------------------------------------------------------------
+
+    async def _flush(self) -> None:
+        """Render every block's current text (called by the throttle, at most ~1/s)."""
+        async with self._lock:
+            for block in self._blocks:
+                await self._render_block(block)
+
+    async def _render_block(self, block: Block) -> None:
+        parts, _ = split_parts(block.text)
+        for index, part in enumerate(parts):
+            if index < len(block.posted):
+                posted = block.posted[index]
+                if posted.content != part:
+                    await self._edit_or_repost(block, index, content=part)
+                continue
+            if not block.posted and self._may_use_head():
+                assert self._head is not None
+                block.posted.append(self._head)
+                await self._edit_or_repost(block, 0, content=part)
+                continue
+            block.posted.append(await self._send(part))
+            await self._store_ref()
+        # Fewer parts than shown (an answer recovered after a crash, fences rebalanced): a
+        # stale part must not keep showing old text. The first one is never stale.
+        while len(block.posted) > max(len(parts), 1):
+            stale = block.posted.pop()
+            if stale is self._head or not await stale.delete():
+                block.posted.append(stale)
+                break
+            await self._store_ref()
+
+    async def _edit_or_repost(self, block: Block, index: int, **fields: Any) -> None:
+        posted = block.posted[index]
+        if await posted.edit(allowed_mentions=NO_MENTIONS, **fields):
+            posted.content = fields.get("content", posted.content)
+            return
+        # The interaction token is gone: show it anew with the bot token, and keep going there.
+        replacement = await self._send(
+            fields.get("content", posted.content), view=self._stop_button()
+        )
+        replacement.has_view = self._run_id is not None and self._stage is not Stage.FINISHED
+        block.posted[index] = replacement
+        if posted is self._head:
+            self._head = replacement
+        await self._store_ref()
 
     async def _attach_overflow(self) -> None:
         for block in self._blocks:
-            _, overflows = _parts(block.text)
+            _, overflows = split_parts(block.text)
             if overflows and not block.overflow_attached:
                 data = block.text.encode()[:MAX_UPLOAD_BYTES]
                 file = discord.File(io.BytesIO(data), filename=OVERFLOW_FILE)
@@ -632,7 +518,7 @@ class DiscordSurface:
         view: discord.ui.View | None = None,
         embed: discord.Embed | None = None,
         files: list[discord.File] | None = None,
-        allowed_mentions: discord.AllowedMentions = _NO_MENTIONS,
+        allowed_mentions: discord.AllowedMentions = NO_MENTIONS,
     ) -> Posted:
         """Post with the bot token in the conversation's channel."""
         kwargs: dict[str, Any] = {"allowed_mentions": allowed_mentions}
@@ -646,7 +532,7 @@ class DiscordSurface:
             kwargs["files"] = files
         message = await self._channel.send(**kwargs)
         self._last_sent = message.id
-        posted = _BotMessage(message, content)
+        posted = BotMessage(message, content)
         posted.has_view = view is not None
         return posted
 
@@ -686,21 +572,11 @@ class DiscordSurfaces:
     def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> Surface | None:
         if ref.get("platform") != PLATFORM or self._client is None:
             return None
-        channel_id = _int(ref.get("channel_id"))
+        channel_id = ref_int(ref.get("channel_id"))
         if channel_id is None:
             return None
-        head_id = _int(ref.get("head_id"))
-        head_channel_id = _int(ref.get("head_channel_id"))
-        raw_parts = ref.get("parts")
-        parts = raw_parts[:MAX_PARTS_PER_BLOCK] if isinstance(raw_parts, list) else []
-        tools = ref.get("tools")
-        recovered = Recovered(
-            parts=tuple(part for part in map(_int, parts) if part is not None),
-            after=_int(ref.get("after")),
-            tools=tools if isinstance(tools, int) and 0 <= tools <= 1_000_000 else 0,
-            head_text=ref.get("head_text") is True,
-            attached=ref.get("attached") is True,
-        )
+        head_id = ref_int(ref.get("head_id"))
+        head_channel_id = ref_int(ref.get("head_channel_id"))
         user = self._client.user
         return DiscordSurface(
             self._client.get_partial_messageable(channel_id),
@@ -710,92 +586,11 @@ class DiscordSurfaces:
             head_channel=self._client.get_partial_messageable(head_channel_id)
             if head_channel_id is not None
             else None,
-            recovered=recovered,
+            recovered=recovered_from_ref(ref),
             own_id=user.id if user is not None else None,
         )
-
-
-def _parts(text: str) -> tuple[list[str], bool]:
-    """The messages a stretch of answer text shows as, and whether it overflows: more than
-    `MAX_PARTS_PER_BLOCK` parts show as the first ones and a note that the rest is attached.
-
-    Called on every update of a stream, so only the text those parts can hold is split (a
-    model's longest answer, split whole, holds the event loop for tens of milliseconds). Every
-    part of a prefix's split but the last is the text's own (the split is greedy, front to
-    back), so if a prefix of one part more than fits splits into more parts than are shown,
-    those are the text's first parts; if it does not (blank lines dropped between parts), the
-    text is split whole."""
-    if not text.strip():
-        return [], False
-    prefix = text[: (MAX_PARTS_PER_BLOCK + 1) * MESSAGE_LIMIT]
-    parts = split_markdown(prefix, MESSAGE_LIMIT)
-    if len(parts) <= MAX_PARTS_PER_BLOCK and len(prefix) < len(text):
-        parts = split_markdown(text, MESSAGE_LIMIT)
-    if len(parts) > MAX_PARTS_PER_BLOCK:
-        return [*parts[: MAX_PARTS_PER_BLOCK - 1], OVERFLOW_TEXT], True
-    return parts, False
-
-
-def _continues(shown: str, part: str) -> bool:
-    """Could a message showing `shown` be an earlier state of `part` (the same place in a
-    streamed answer: one is a prefix of the other, a fence closed at the end aside)?"""
-    shown, part = _unfenced_end(shown), _unfenced_end(part)
-    return bool(shown) and (part.startswith(shown) or shown.startswith(part))
-
-
-def _unfenced_end(text: str) -> str:
-    """`text` without trailing blanks and a closing fence line (added by a split)."""
-    text = text.rstrip()
-    head, _, last = text.rpartition("\n")
-    if head and last.strip() and set(last.strip()) <= {"`", "~"}:
-        return head.rstrip()
-    return text
-
-
-def _partial(channel: discord.abc.Messageable, message_id: int) -> discord.PartialMessage:
-    get = getattr(channel, "get_partial_message", None)
-    if get is None:
-        raise TypeError("this channel cannot address a message by id")
-    message: discord.PartialMessage = get(message_id)
-    return message
 
 
 def _channel_id(channel: discord.abc.Messageable) -> int | None:
     channel_id = getattr(channel, "id", None)
     return channel_id if isinstance(channel_id, int) else None
-
-
-def _int(value: object) -> int | None:
-    return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 20 else None
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _code(text: str) -> str:
-    # A fence inside the output would end the block early: break it visibly.
-    return "```\n" + text.replace("```", "`\u200b``") + "\n```"
-
-
-def _json(arguments: dict[str, Any]) -> str:
-    try:
-        return json.dumps(arguments, ensure_ascii=False, default=str)
-    except ValueError:
-        return str(arguments)
-
-
-def _summary(event: RunFinished, tools: int) -> str:
-    used = f"used {tools} tool{'s' if tools != 1 else ''}" if tools else ""
-    if event.outcome == "done":
-        return f"✅ {used.capitalize()}" if used else "✅ Done"
-    head = {"aborted": "⏹️ Stopped", "interrupted": "⚠️ Interrupted"}.get(event.outcome, "❌ Failed")
-    return f"{head} · {used}" if used else head
-
-
-def _error_line(event: RunFinished) -> str:
-    text = _cut(" ".join((event.error_text or "").split()), ERROR_CHARS)
-    if event.reference and event.reference not in text:
-        text += f" (reference `{event.reference}`)"
-    mark = {"aborted": "⏹️", "interrupted": "⚠️"}.get(event.outcome, "❌")
-    return f"{mark} {text}"
