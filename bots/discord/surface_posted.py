@@ -1,14 +1,18 @@
-"""The messages a Discord surface posted and may edit (part of `bots.discord.surface`).
+"""The messages a Discord surface posts and edits (part of `bots.discord.surface`).
 
 Owns: `Posted` (a message, what this surface last wrote in it, whether it carries buttons) and
 its two kinds: `BotMessage`, edited with the bot token, and `InteractionResponse`, an `/ask`'s
 original response, edited through the interaction's token while that token lives. An edit that
 can no longer be made returns False, so the surface shows the content anew with the bot token.
+Also `Poster` (posting with the bot token, mentioning no one unless told) and `Typing` (the
+typing indicator while a run works).
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -109,3 +113,61 @@ def partial_message(channel: discord.abc.Messageable, message_id: int) -> discor
         raise TypeError("this channel cannot address a message by id")
     message: discord.PartialMessage = get(message_id)
     return message
+
+
+class Poster:
+    """Posts with the bot token in the conversation's channel; `last_sent` is the newest."""
+
+    def __init__(self, channel: discord.abc.Messageable) -> None:
+        self._channel = channel
+        self.last_sent: int | None = None
+
+    async def send(
+        self,
+        content: str,
+        *,
+        view: discord.ui.View | None = None,
+        embed: discord.Embed | None = None,
+        files: list[discord.File] | None = None,
+        allowed_mentions: discord.AllowedMentions = NO_MENTIONS,
+    ) -> Posted:
+        kwargs: dict[str, Any] = {"allowed_mentions": allowed_mentions}
+        if content:
+            kwargs["content"] = content
+        if view is not None:
+            kwargs["view"] = view
+        if embed is not None:
+            kwargs["embed"] = embed
+        if files:
+            kwargs["files"] = files
+        message = await self._channel.send(**kwargs)
+        self.last_sent = message.id
+        posted = BotMessage(message, content)
+        posted.has_view = view is not None
+        return posted
+
+
+class Typing:
+    """The channel's typing indicator, from `start` until `stop`."""
+
+    def __init__(self, channel: discord.abc.Messageable) -> None:
+        self._channel = channel
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._type(), name="discord-typing")
+
+    async def stop(self) -> None:
+        self._stopped.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _type(self) -> None:
+        try:
+            async with self._channel.typing():
+                await self._stopped.wait()
+        except discord.HTTPException:
+            log.info("the typing indicator failed; the answer is not affected")
