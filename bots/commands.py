@@ -4,7 +4,7 @@ Owns: `ChannelCommands`, what each command does (through the runner and its `con
 service) and the words of its answer; `CommandPlace`, the neutral invocation a platform parses
 its payload into (which channel, which conversation if it was used inside one, who, whether an
 admin); `Markup`, the few things a platform writes its own way (bold, bullets, how its
-command changes a configuration).
+command changes a configuration, where its admins are named).
 
 One rule for where a command acts: used inside a conversation (a thread, a Discord DM) it acts
 on that conversation; used in a channel (Slack's slash commands always are: Slack does not
@@ -40,10 +40,6 @@ STOPPED_TEXT = "Stopped."
 IDLE_TEXT = "Nothing is running here."
 CHANNEL_IDLE_TEXT = "Nothing is in progress in this channel."
 SAVED_TEXT = "Saved; it applies from the next answer."
-CONFIG_ADMIN_TEXT = (
-    "Only Teammate's admins can see or change a channel's configuration "
-    "({admins} in the configuration file)."
-)
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,7 +59,7 @@ class Markup:
     bold: str  # wraps a heading: "*" on Slack, "**" on Discord
     bullet: str  # starts a list item
     config_usage: str  # how this platform's command changes a configuration
-    admins_setting: str  # where admins are named in the configuration file
+    admin_text: str  # refusing `config` to a non-admin, naming the platform's admins setting
 
     def heading(self, text: str) -> str:
         return f"{self.bold}{text}{self.bold}"
@@ -142,7 +138,7 @@ class ChannelCommands:
         """Show the channel's configuration (an empty change) or change it; admins only. A
         text instead of a change is the platform's note on words it could not read."""
         if not place.is_admin:
-            return self.admin_text()
+            return self.markup.admin_text
         if isinstance(change, str):
             return change
         key = place.channel_key
@@ -150,9 +146,6 @@ class ChannelCommands:
             return self.config_text(key, await self._configs.current(key))
         problem, stored = await self._configs.change(key, change, by=place.by.id)
         return problem or SAVED_TEXT + "\n" + self.config_text(key, stored)
-
-    def admin_text(self) -> str:
-        return CONFIG_ADMIN_TEXT.format(admins=self.markup.admins_setting)
 
     def config_text(self, channel_key: str, stored: ChannelConfig) -> str:
         view = describe(self.settings, channel_key, stored)

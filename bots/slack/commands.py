@@ -81,7 +81,8 @@ def slack_markup(command: str) -> Markup:
             "<text>|clear`, `config tools <a,b>|none|default`, `config timezone "
             "<zone>|default`, or `config reset`."
         ),
-        admins_setting="`[slack] admins`",
+        admin_text="Only Teammate's admins can see or change a channel's configuration "
+        "(`[slack] admins` in the configuration file).",
     )
 
 

@@ -12,14 +12,15 @@ De-duplication (docs/architecture.md, "The runner"): the message's channel+ts id
 event id are claimed in the store's one accepting transaction (`Incoming.also_claim`), so a
 retry of an event, a restart, and a mention arriving as both `app_mention` and `message` are
 answered once, and a delivery is never claimed without its message being stored; in front of
-it, `bots.delivery_dedup` spares a repeat the slow work while the first is being handed over. Only what
-stores no message (a stop, a refusal note) is claimed on its own, so that a late retry cannot
-stop a newer run or repeat a note. What remains is the window between the acknowledgement and
-that transaction (the name, the files, the thread's backfill), which Slack will not cover by
-redelivering: every message event is therefore written to the journal (`bots.journal`)
-before its listener returns (the return is the ack), marked done when its work is over, and
-replayed after a crash (`replay`); accepting is idempotent, so a replay of an event already
-accepted is dropped as a duplicate. A graceful shutdown drains the window instead.
+it, `bots.delivery_dedup` spares a repeat the slow work while the first is handed over. Only
+what stores no message (a stop, a refusal note) is claimed on its own, so that a late retry
+cannot stop a newer run or repeat a note. What remains is the window between the
+acknowledgement and that transaction (the name, the files, the thread's backfill), which
+Slack will not cover by redelivering: every message event is therefore written to the
+journal (`bots.journal`) before its listener returns (the return is the ack), marked done
+when its work is over, and replayed after a crash (`replay`); accepting is idempotent, so a
+replay of an event already accepted is dropped as a duplicate. A graceful shutdown drains
+the window instead.
 
 Must not: render answers (the surface does), write SQL, or block the acknowledgement.
 """
