@@ -137,6 +137,10 @@ class TeammateBot(commands.Bot):
             for replay in await self.journal.adopt_orphans():
                 self.spawn(asks.replay_ask(replay))
 
+    async def on_message(self, message: discord.Message, /) -> None:
+        """Nothing here: messages are the messages cog's, and Teammate has no prefix
+        commands for discord.py's default to look for."""
+
     async def stop_taking_work(self, *, grace_s: float) -> None:
         """A graceful stop: new messages and `/ask` are no longer taken; messages already
         being handed to the runner are, and answers in progress get up to `grace_s`."""
