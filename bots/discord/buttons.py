@@ -1,7 +1,7 @@
 """Teammate's buttons: Stop on a running answer, 👍/👎 on a finished one.
 
 Owns: the persistent buttons as discord.py `DynamicItem`s (their `custom_id` carries the run,
-see `bots.discord.events.stop_custom_id`), so a press is understood after a restart too, and
+see `bots.discord.interactions.stop_custom_id`), so a press is understood after a restart too, and
 the views a surface attaches. A press is handed to the client's `ButtonHandler`: its cog named
 `BUTTONS_COG` (`bots.discord.buttons_cog`); a client without one answers the press with a
 short ephemeral note.
@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import discord
 
-from bots.discord.events import feedback_custom_id, parse_custom_id, stop_custom_id
+from bots.discord.interactions import feedback_custom_id, parse_custom_id, stop_custom_id
 
 UNAVAILABLE_TEXT = "That button isn't available right now."
 BUTTONS_COG = "Buttons"  # the cog that handles a press
