@@ -77,13 +77,14 @@ LEFTOVER_GRACE_S = 5.0  # a process being stopped right now (killed, not yet gon
 def no_process_left_behind() -> Iterator[None]:
     """Fail a test that leaves a process it started running (then kill it, so it does not
     pile up). Set up before and torn down after every other function-scoped fixture, so what
-    module and session fixtures keep running is not counted."""
+    module and session fixtures keep running is not counted, nor what those start meanwhile
+    (a PostgreSQL server's backends)."""
     if not _ADOPTING:
         yield
         return
     before = processes.descendants()
     yield
-    left = processes.still_running(processes.descendants() - before, LEFTOVER_GRACE_S)
+    left = processes.still_running(processes.descendants(known=before), LEFTOVER_GRACE_S)
     if left:
         listed = processes.describe(left)
         processes.kill(left)
@@ -94,7 +95,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """What a module or session fixture left running fails the run, named."""
     if not _ADOPTING:
         return
-    left = processes.still_running(processes.descendants() - _BEFORE_SESSION, LEFTOVER_GRACE_S)
+    started = processes.descendants(known=_BEFORE_SESSION)
+    left = processes.still_running(started, LEFTOVER_GRACE_S)
     if left:
         listed = processes.describe(left)
         processes.kill(left)

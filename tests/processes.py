@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -48,8 +49,10 @@ def command_line(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip() or "?"
 
 
-def descendants(root: int | None = None) -> set[int]:
-    """The live (not zombie) processes below `root` (default: this process)."""
+def descendants(root: int | None = None, *, known: AbstractSet[int] = frozenset()) -> set[int]:
+    """The live (not zombie) processes below `root` (default: this process) that are not in
+    `known` nor below one of those: what a long-lived process (a PostgreSQL server a fixture
+    keeps) starts for itself is its business, not a test's."""
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
     states: dict[int, str] = {}
@@ -64,7 +67,7 @@ def descendants(root: int | None = None) -> set[int]:
     todo = list(children.get(root, []))
     while todo:
         pid = todo.pop()
-        if pid in below:
+        if pid in below or pid in known:
             continue
         below.add(pid)
         todo.extend(children.get(pid, []))
