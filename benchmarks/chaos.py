@@ -8,7 +8,10 @@ stream, a Web API write into the thread) a fake SIGKILLs it. It is restarted (SQ
 process) or the two other instances take the conversation over (PostgreSQL, three instances,
 10 s leases); a follow-up in the thread must then be answered. Counted per run: user messages
 missing from the store, answers shown twice, tool calls without results, interrupted answers
-and their announcements (exactly one each), the follow-up answered once.
+and their announcements (exactly one each), the follow-up answered once. A run whose kill
+never fired (the answer finished first) tested no crash: it is counted as missed, not
+survived. Every process it starts (the instances, a throwaway PostgreSQL cluster) ends with
+it, also when it is interrupted or killed.
 
 The other scenarios (model and platform outages, the flood, hostile input, disk and database
 faults, secrets) are `benchmarks/chaos_faults.py`'s `run_fault_scenarios`.
@@ -17,7 +20,8 @@ Run: `uv run python -m benchmarks.chaos` or `uv run python benchmarks/chaos.py`
 [--runs 50] [--seed 13] [--backends sqlite,postgres] [--quick]. PostgreSQL as `pg_bench`
 finds it (`TEAMMATE_TEST_DATABASE_URL`, else 127.0.0.1:5432, else a throwaway cluster; none:
 its runs are reported as skipped). Prints the conditions, a table per backend, and last one
-JSON line with `crash_<backend>_survived` / `crash_<backend>_attempted`, `user_messages_lost`,
+JSON line with `crash_<backend>_survived` / `crash_<backend>_attempted` (and
+`crash_<backend>_missed`), `user_messages_lost`,
 `duplicate_replies`, `interrupted_announced` / `interrupted_answers`, and the fault
 scenarios' figures (flood answered exactly once / sent, peak memory under flood, fault
 scenarios recovered / tried). Targets: every run survived, zero lost, zero duplicates, every
@@ -64,7 +68,10 @@ def fault_scenarios() -> FaultScenarios | None:
 
 
 def table(report: CrashReport) -> list[str]:
-    lines = [f"{report.backend}: {report.survived}/{len(report.runs)} runs survived"]
+    lines = [
+        f"{report.backend}: {report.survived}/{len(report.runs)} runs survived"
+        + (f" ({report.missed} missed: the kill never fired)" if report.missed else "")
+    ]
     lines.append(f"  {'phase':<14}{'runs':>6}{'survived':>10}{'interrupted':>13}{'announced':>11}")
     by_phase: dict[str, list[RunResult]] = {}
     for result in report.runs:
@@ -120,6 +127,7 @@ async def run(
         reports.append(report)
         figures[f"crash_{backend}_survived"] = report.survived
         figures[f"crash_{backend}_attempted"] = len(report.runs)
+        figures[f"crash_{backend}_missed"] = report.missed
         figures[f"crash_{backend}_phases"] = report.phases()
     figures["user_messages_lost"] = sum(r.lost for r in reports)
     figures["duplicate_replies"] = sum(r.duplicates for r in reports)

@@ -1,9 +1,10 @@
 """Teammate in a terminal: `teammate chat` and `teammate ask` on the shared runner.
 
-Owns: `TerminalSurface` (the answer on stdout; tool activity, a reply's thinking narration,
-notices and errors as compact lines on stderr), `TerminalSurfaces` (reporting interrupted
-terminal runs after a restart), reading stdin lines without blocking the event loop, and the
-chat and ask loops with their slash commands and Ctrl-C handling.
+Owns: `TerminalSurface` (on the shared `bots.surface_base.SurfaceBase`: the answer on stdout;
+tool activity, a reply's thinking narration, notices and errors as compact lines on stderr),
+`TerminalSurfaces` (reporting interrupted terminal runs after a restart), reading stdin lines
+without blocking the event loop, and the chat and ask loops with their slash commands and
+Ctrl-C handling.
 
 Must not: touch storage or models directly (the runner does), or print a secret.
 """
@@ -20,29 +21,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TextIO, assert_never
+from typing import Any, TextIO
 
 from bots.app import App
 from bots.budgets import utc_day_start
 from bots.incoming import Incoming
 from bots.narration import thinking_narration
 from bots.runner import ConversationRunner
-from bots.surface import FileOut, Notice, RunFinished, RunStarted, Surface, SurfaceEvent
+from bots.surface import FileOut, Notice, NoticeLevel, RunFinished, Surface
+from bots.surface_base import SurfaceBase
 from bots.terminal_text import printable, usage_line
-from core.events import (
-    AgentEnd,
-    AgentStart,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
-    TurnEnd,
-    TurnStart,
-)
+from core.events import ToolExecutionEnd, ToolExecutionStart
 from core.messages import AssistantMessage, Author
-from core.models.base import TextDelta, ThinkingDelta, ToolCallDelta
 
 PLATFORM = "terminal"
 DEFAULT_CONVERSATION = "default"
@@ -98,7 +88,7 @@ def _one_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-class TerminalSurface:
+class TerminalSurface(SurfaceBase):
     """Shows one conversation's runs in a terminal.
 
     `stream=True` (chat) writes the answer to `out` as it arrives; `stream=False` (ask) writes
@@ -108,6 +98,14 @@ class TerminalSurface:
     a terminal (`styled`; by default: `err` is a tty and `NO_COLOR` is unset). `finished` is
     the last run's outcome (None if a run failed before reporting one); `closed` is set when
     the runner is done with this surface.
+
+    Its lifecycle, which `ask` and `chat` read (`finished`, `closed`):
+
+        showing ── run_finished: `finished` set ──▶ finished ── close: `closed` set ──▶ closed
+           └───── close (a steered line's surface; a run that failed before its end) ──┘
+
+    While showing, the answer's current line on `out` is open (`_out_open`) until a status
+    line on `err`, the reply's end or the close ends it: no line is glued onto half of one.
     """
 
     def __init__(
@@ -138,47 +136,37 @@ class TerminalSurface:
     def ref(self) -> dict[str, Any]:
         return {"platform": PLATFORM, "conversation": self._key}
 
-    async def emit(self, event: SurfaceEvent) -> None:
-        match event:
-            case MessageUpdate(delta=TextDelta(delta=text)):
-                if self._stream and text:
-                    self._write_out(text)
-            case MessageUpdate(delta=ThinkingDelta() | ToolCallDelta()):
-                pass
-            case MessageEnd(message=AssistantMessage() as message):
-                self._end_out_line()
-                # A reply's own text has streamed to `out`; its thinking narrates on `err`.
-                # `ask` shows neither: its output is the answer alone, whatever the model.
-                narration = thinking_narration(message) if self._stream else ""
-                if narration:
-                    self._narrate(narration)
-            case ToolExecutionStart(tool_name=name, label=label):
-                self._line(f"⚙ {_one_line(label or name, _SUMMARY_LIMIT)}")
-            case FileOut(path=path, name=name):
-                self._line(f"📎 {name} ({path})")
-            case ToolExecutionEnd():
-                self._line(_tool_end_line(event))
-            case Notice(text=text, level=level):
-                self._notices.append(text)
-                if level == "error":
-                    self.failed = True
-                self._line(f"{_NOTICE_MARK[level]} {_one_line(text, 400)}")
-            case RunFinished():
-                self._finish(event)
-            case (
-                RunStarted()
-                | AgentStart()
-                | TurnStart()
-                | MessageStart()
-                | MessageUpdate()
-                | MessageEnd()
-                | ToolExecutionUpdate()
-                | TurnEnd()
-                | AgentEnd()
-            ):
-                pass
-            case _:
-                assert_never(event)
+    # -- the hooks (bots.surface_base) -------------------------------------------------------
+
+    async def on_text(self, message: AssistantMessage, delta: str) -> None:
+        if self._stream and delta:
+            self._write_out(delta)
+
+    async def on_reply_ended(self, message: AssistantMessage) -> None:
+        self._end_out_line()
+        # A reply's own text has streamed to `out`; its thinking narrates on `err`.
+        # `ask` shows neither: its output is the answer alone, whatever the model.
+        narration = thinking_narration(message) if self._stream else ""
+        if narration:
+            self._narrate(narration)
+
+    async def on_tool_started(self, event: ToolExecutionStart) -> None:
+        self._line(f"⚙ {_one_line(event.label or event.tool_name, _SUMMARY_LIMIT)}")
+
+    async def on_file(self, event: FileOut) -> None:
+        self._line(f"📎 {event.name} ({event.path})")
+
+    async def on_tool_ended(self, event: ToolExecutionEnd) -> None:
+        self._line(_tool_end_line(event))
+
+    async def on_notice(self, event: Notice) -> None:
+        self._notices.append(event.text)
+        if event.level == "error":
+            self.failed = True
+        self._line(f"{_NOTICE_MARK[event.level]} {_one_line(event.text, 400)}")
+
+    async def on_run_finished(self, event: RunFinished) -> None:
+        self._finish(event)
 
     async def close(self) -> None:
         self._end_out_line()
@@ -233,7 +221,9 @@ class TerminalSurface:
                 stream.flush()
 
 
-_NOTICE_MARK = {"info": "·", "warning": "!", "error": "✗"}
+# Plain marks of the terminal's own, one column wide, not the other platforms' emoji
+# (`bots.surface_base.NOTICE_MARK`): a stopped answer ends with "■", any other error with "✗".
+_NOTICE_MARK: dict[NoticeLevel, str] = {"info": "·", "warning": "!", "error": "✗"}
 
 
 def _is_terminal(stream: TextIO) -> bool:

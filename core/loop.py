@@ -1,7 +1,10 @@
 """The agent loop: pi's ReAct loop, in Python.
 
-Owns: `run_agent`, `AgentContext`, `LoopConfig` and `RunControl` (steering, follow-ups and
-cancellation fed by the caller while a run works). The event order is drawn in `core.events`.
+Owns: `run_agent`, `AgentContext`, `LoopConfig` and the turn loop: model calls, steering taken
+between batches, follow-ups, cancellation, the turn cap. A batch of tool calls is run by
+`core.tool_calls`; `RunControl` (steering, follow-ups and cancellation fed by the caller while a
+run works) is `core.run_control`'s. Both are re-exported here. The event order is drawn in
+`core.events`.
 
 Rules (docs/architecture.md, "The agent loop"):
 - Unknown tool, invalid arguments, a raising tool, a tool timeout: error observations for the
@@ -34,16 +37,12 @@ Must not: import anything of ours outside `core`; raise for anything a model or 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, assert_never
-
-from pydantic import ValidationError
+from typing import assert_never
 
 from core.events import (
     AgentEnd,
@@ -53,9 +52,6 @@ from core.events import (
     MessageEnd,
     MessageStart,
     MessageUpdate,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
     TurnEnd,
     TurnStart,
 )
@@ -64,7 +60,6 @@ from core.messages import (
     AssistantMessage,
     Author,
     Message,
-    Text,
     ToolCall,
     ToolResultMessage,
 )
@@ -77,21 +72,28 @@ from core.models.base import (
     ThinkingDelta,
     ToolCallDelta,
 )
-from core.tools import AnyTool, CancelSignal, ToolContext, ToolError, ToolResult
+from core.run_control import ABORTED_TEXT, RunControl
+from core.tool_calls import CANCELLED_TOOL_TEXT, LENGTH_TEXT, MAX_LABEL_CHARS, ToolCalls
+from core.tools import AnyTool
+
+__all__ = [
+    "ABORTED_TEXT",
+    "CANCELLED_TOOL_TEXT",
+    "DEFAULT_MAX_TURNS",
+    "LENGTH_TEXT",
+    "MAX_LABEL_CHARS",
+    "MODEL_ABORTED_TEXT",
+    "AgentContext",
+    "LoopConfig",
+    "RunControl",
+    "run_agent",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TURNS = 50
-ABORTED_TEXT = "Stopped on request."
 # A reply the model itself ended `aborted` (no stop asked for) and left unexplained.
 MODEL_ABORTED_TEXT = "The model stopped the reply before finishing."
-LENGTH_TEXT = (
-    "Your reply hit the output token limit before this tool call was complete, so it was not "
-    "executed. Issue the call again, with smaller arguments if they were long (for example, "
-    "write a large file in several parts)."
-)
-MAX_LABEL_CHARS = 120
-CANCELLED_TOOL_TEXT = "The run was stopped before this tool finished; its outcome is unknown."
 
 
 @dataclass(slots=True)
@@ -110,57 +112,6 @@ class LoopConfig:
     workspace: Path = field(default_factory=Path.cwd)
     caller: Author | None = None
     conversation_key: str | None = None
-
-
-class RunControl:
-    """The caller's handle on a run in progress: steer it, queue follow-ups, cancel it.
-
-    Safe to use before the run starts and after it ended (late messages simply stay queued;
-    `take_pending` returns them so the caller can deliver them to the next run).
-    """
-
-    def __init__(self) -> None:
-        self.signal = CancelSignal()
-        self._steering: list[Message] = []
-        self._follow_ups: list[Message] = []
-        self._task: asyncio.Task[None] | None = None
-
-    def steer(self, message: Message) -> None:
-        """Deliver `message` after the current tool batch, before the next model call."""
-        self._steering.append(message)
-
-    def follow_up(self, message: Message) -> None:
-        """Deliver `message` when the run would otherwise stop."""
-        self._follow_ups.append(message)
-
-    def cancel(self, reason: str = ABORTED_TEXT) -> None:
-        """Stop the run now. The run still ends with its events (an `aborted` message)."""
-        if self.signal.cancelled:
-            return
-        self.signal.cancel(reason)
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-
-    @property
-    def cancelled(self) -> bool:
-        return self.signal.cancelled
-
-    def take_steering(self) -> list[Message]:
-        taken, self._steering = self._steering, []
-        return taken
-
-    def take_follow_ups(self) -> list[Message]:
-        taken, self._follow_ups = self._follow_ups, []
-        return taken
-
-    def take_pending(self) -> list[Message]:
-        """Everything queued and not yet delivered, steering first."""
-        return self.take_steering() + self.take_follow_ups()
-
-    def _attach(self, task: asyncio.Task[None]) -> None:
-        # A cancel that came before the run started is seen at its first turn; cancelling a
-        # task that has not started would skip its events altogether.
-        self._task = task
 
 
 async def run_agent(
@@ -216,7 +167,12 @@ class _Run:
         self.control = control
         self.config = config
         self.emit = emit
-        self.tools: dict[str, AnyTool] = {tool.name: tool for tool in context.tools}
+        self.tool_calls = ToolCalls(
+            context.tools,
+            signal=control.signal,
+            settings=config,
+            emit=emit,
+        )
         self.tool_specs = [tool.spec() for tool in context.tools]
         # What the next model call sends: repaired once here, then only appended to.
         self.sendable: list[Message] = repair_history(context.messages)
@@ -382,165 +338,23 @@ class _Run:
     # -- tools -----------------------------------------------------------------------------
 
     def _refuse_cut_off_calls(self, calls: list[ToolCall]) -> list[ToolResultMessage]:
-        results = []
-        for call in calls:
-            self.emit(ToolExecutionStart(call.id, call.name, call.arguments, call.name))
-            result = _error_result(call, LENGTH_TEXT, {"reason": "length"})
-            self.emit(ToolExecutionEnd(call.id, call.name, result, 0.0))
-            results.append(result)
-        return results
+        return self.tool_calls.refuse_cut_off(calls)
 
     async def _execute_batch(
         self, calls: list[ToolCall], turn: int, reply: AssistantMessage
     ) -> list[ToolResultMessage]:
-        results: dict[str, ToolResultMessage] = {}
-        runnable: list[tuple[ToolCall, AnyTool, Any]] = []
-        for call in calls:
-            prepared = self._prepare(call)
-            label = call.name if isinstance(prepared, ToolResultMessage) else _label(*prepared)
-            self.emit(ToolExecutionStart(call.id, call.name, call.arguments, label))
-            if isinstance(prepared, ToolResultMessage):
-                self.emit(ToolExecutionEnd(call.id, call.name, prepared, 0.0))
-                results[call.id] = prepared
-            else:
-                runnable.append((call, prepared[0], prepared[1]))
-
-        sequential = any(tool.execution_mode == "sequential" for _, tool, _ in runnable)
+        results, runnable = self.tool_calls.start(calls)
         tasks: dict[str, asyncio.Task[ToolResultMessage]] = {}
         try:
-            if sequential:
-                for call, tool, params in runnable:
-                    tasks[call.id] = asyncio.ensure_future(self._run_tool(call, tool, params))
-                    results[call.id] = await tasks[call.id]
-            else:
-                for call, tool, params in runnable:
-                    tasks[call.id] = asyncio.ensure_future(self._run_tool(call, tool, params))
-                if tasks:
-                    await asyncio.wait(tasks.values())
-                for call_id, done in tasks.items():
-                    results[call_id] = done.result()
+            await self.tool_calls.run(runnable, tasks, results)
         except asyncio.CancelledError:
-            await self._cancel_tools(list(tasks.values()))
+            await self.tool_calls.cancel(list(tasks.values()))
             if not self._our_cancel():
                 raise
-            ordered = []
-            for call in calls:
-                result = results.get(call.id)
-                ran = tasks.get(call.id)
-                if result is None and ran is not None and ran.done() and not ran.cancelled():
-                    result = ran.result()
-                if result is None:
-                    result = _error_result(call, CANCELLED_TOOL_TEXT, {"cancelled": True})
-                    self.emit(ToolExecutionEnd(call.id, call.name, result, 0.0))
-                ordered.append(result)
+            ordered = self.tool_calls.settle_stopped(calls, results, tasks)
             for result in ordered:
                 self._add(result)
             self.emit(TurnEnd(turn=turn, message=reply, tool_results=ordered))
             self._finish_aborted()
             raise _Aborted from None
         return [results[call.id] for call in calls]
-
-    @staticmethod
-    async def _cancel_tools(tasks: list[asyncio.Task[ToolResultMessage]]) -> None:
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
-
-    def _prepare(self, call: ToolCall) -> tuple[AnyTool, Any] | ToolResultMessage:
-        tool = self.tools.get(call.name)
-        if tool is None:
-            available = ", ".join(sorted(self.tools)) or "none"
-            return _error_result(
-                call,
-                f"Tool '{call.name}' is not available here (no such tool, or it is not "
-                f"enabled in this conversation). Available tools: {available}.",
-                {"reason": "unknown_tool"},
-            )
-        try:
-            params = tool.parameters.model_validate(call.arguments)
-        except ValidationError as exc:
-            return _error_result(
-                call, _describe_invalid_arguments(call, exc), {"reason": "invalid_arguments"}
-            )
-        return tool, params
-
-    async def _run_tool(self, call: ToolCall, tool: AnyTool, params: Any) -> ToolResultMessage:
-        def on_update(partial: ToolResult) -> None:
-            self.emit(ToolExecutionUpdate(call.id, call.name, partial))
-
-        ctx = ToolContext(
-            call_id=call.id,
-            workspace=self.config.workspace,
-            signal=self.control.signal,
-            on_update=on_update,
-            caller=self.config.caller,
-            conversation_key=self.config.conversation_key,
-        )
-        started = time.monotonic()
-        is_error = False
-        details: Any = None
-        try:
-            async with asyncio.timeout(tool.timeout_s) as deadline:
-                outcome = await tool.execute(call.id, params, ctx)
-            content, details = outcome.content, outcome.details
-        except ToolError as exc:
-            is_error, details = True, exc.details
-            content = exc.content or [Text(text=exc.message)]
-        except TimeoutError as exc:
-            is_error = True
-            if deadline.expired():
-                text = f"Tool '{call.name}' timed out after {tool.timeout_s:g} s and was stopped."
-                details = {"reason": "timeout", "timeout_s": tool.timeout_s}
-            else:
-                text = f"Tool '{call.name}' failed: TimeoutError: {exc}"
-            content = [Text(text=text)]
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("tool %s raised", call.name, exc_info=True)
-            is_error = True
-            content = [Text(text=f"Tool '{call.name}' failed: {type(exc).__name__}: {exc}")]
-        result = ToolResultMessage(
-            tool_call_id=call.id,
-            tool_name=call.name,
-            content=content,
-            details=details,
-            is_error=is_error,
-        )
-        self.emit(ToolExecutionEnd(call.id, call.name, result, time.monotonic() - started))
-        return result
-
-
-def _label(tool: AnyTool, params: Any) -> str:
-    """The tool's own one-line description of a call, bounded; its name if that fails."""
-    try:
-        text = " ".join(tool.summarize(params).split())
-    except Exception:
-        log.warning("tool %s could not describe a call", tool.name, exc_info=True)
-        return tool.name
-    if not text:
-        return tool.name
-    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
-
-
-def _error_result(call: ToolCall, text: str, details: Any = None) -> ToolResultMessage:
-    return ToolResultMessage(
-        tool_call_id=call.id,
-        tool_name=call.name,
-        content=[Text(text=text)],
-        details=details,
-        is_error=True,
-    )
-
-
-def _describe_invalid_arguments(call: ToolCall, exc: ValidationError) -> str:
-    lines = [f"Invalid arguments for tool '{call.name}':"]
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"]) or "(arguments)"
-        lines.append(f"  - {where}: {error['msg']}")
-    echoed = json.dumps(call.arguments, ensure_ascii=False, default=str)
-    if len(echoed) > 2000:
-        echoed = echoed[:2000] + "…"
-    lines.append(f"Arguments received: {echoed}")
-    return "\n".join(lines)

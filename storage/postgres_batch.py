@@ -6,7 +6,7 @@ Owns: the append as a `batching.Op` (`APPEND`) and PostgreSQL's transaction stat
 (`PgTransactions`). The store runs it on `Batcher.pooled`: up to half its pool's connections
 carry appends at once, each a unit of its own.
 
-- A lone append (a lane free, nothing queued) is one autocommit statement (`pg_rows.APPEND`).
+- A lone append (a lane free, nothing queued) is one autocommit statement (`pg_statements.APPEND`).
 - Appends made while every lane is busy queue; the next unit takes all of them: one `UPDATE
   ... RETURNING` of the conversations' `last_seq` (rows locked in id order first, so two
   batches never deadlock on each other), one `INSERT` of the messages, one of the ledger
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from core.messages import Message, Usage
-from storage import postgres_rows as pg_rows
+from storage import postgres_statements as pg_statements
 from storage.batching import Op
 
 MULTI_APPEND = """
@@ -105,7 +105,7 @@ class AppendCall:
 
 
 async def _append_one(db: asyncpg.Connection, call: AppendCall) -> int:
-    return await pg_rows.append_many(
+    return await pg_statements.append_many(
         db,
         call.conversation_id,
         [(call.message, call.body_json)],
@@ -119,7 +119,7 @@ async def _append_one(db: asyncpg.Connection, call: AppendCall) -> int:
 async def _append_many(
     db: asyncpg.Connection, calls: list[AppendCall]
 ) -> Sequence[int | Exception]:
-    columns = pg_rows.columns_of([(call.message, call.body_json) for call in calls])
+    columns = pg_statements.columns_of([(call.message, call.body_json) for call in calls])
     no_usage = Usage()
     usages = [call.usage or no_usage for call in calls]
     found = await db.fetch(

@@ -92,8 +92,8 @@ def compaction_from(conversation_id: int, row: Sequence[Any]) -> Compaction:
 
 
 def stored_messages(rows: Sequence[Sequence[Any]]) -> list[StoredMessage]:
-    """`(seq, body)` rows, parsed with the cyclic GC paused (as `sqlite_ops` loads: nothing
-    here forms cycles, and its passes over a big heap would double a long load)."""
+    """`(seq, body)` rows, parsed with the cyclic GC paused (as `sqlite_conversations` loads:
+    nothing here forms cycles, and its passes over a big heap would double a long load)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -1,8 +1,10 @@
 """The bash tool: run a shell command in the workspace, bounded in time, output and reach.
 
-Owns: `BashTool` and killing a command's whole process tree. The sandbox itself (its command
-line, `SandboxLimits`, `SandboxStatus`, `probe_sandbox`) is tools.sandbox; per-command pids
-cgroups are tools.sandbox_cgroup. Both are re-exported here for the toolset.
+Owns: `BashTool`: the command's argv (sandboxed or not), its environment, its supervision and
+how its outcome is worded. Killing a command's whole process tree and per-command containment
+are tools.bash_process; its output (tail shown, whole saved) is tools.bash_output. The sandbox
+itself (its command line, `SandboxLimits`, `SandboxStatus`, `probe_sandbox`) is tools.sandbox;
+per-command pids cgroups are tools.sandbox_cgroup. Both are re-exported here for the toolset.
 
 Rules:
 - Off unless configuration enables it (tools.toolset decides).
@@ -22,8 +24,8 @@ Rules:
 - Exit code other than 0, a timeout or a stop: `ToolError` with the output and the reason; a
   command that hit the process limit says so.
 
-Must not: import anything of ours outside `core` and `tools.sandbox*`, `tools.workspace`,
-`tools.truncation`.
+Must not: import anything of ours outside `core` and `tools.sandbox*`, `tools.bash_*`,
+`tools.workspace`, `tools.truncation`.
 """
 
 from __future__ import annotations
@@ -34,16 +36,24 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.models.base import ToolSpec
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult, tool_input_schema
+from tools.bash_output import MAX_SAVED_BYTES, CommandOutput
+from tools.bash_process import (
+    KILL_GRACE_S,
+    ExitWatch,
+    command_cgroup,
+    kill_tree,
+    probe_containment,
+    wait_exit,
+)
 from tools.sandbox import (
     SandboxLimits,
     SandboxStatus,
@@ -53,12 +63,11 @@ from tools.sandbox import (
     probe_sandbox,
     seccomp_fd,
 )
-from tools.sandbox_cgroup import CommandCgroup, pids_cgroup_parent
+from tools.sandbox_cgroup import CommandCgroup
 from tools.truncation import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_LINES,
     format_size,
-    truncate_tail,
 )
 from tools.workspace import workspace_root, write_file_in_workspace
 
@@ -77,148 +86,11 @@ __all__ = [
 ]
 
 HARD_MAX_TIMEOUT_S = 3600.0
-KILL_GRACE_S = 2.0
 UPDATE_INTERVAL_S = 0.25
 OUTPUT_DIR = ".teammate/bash-output"
-MAX_SAVED_BYTES = 50 * 1024 * 1024
-_MEMORY_BYTES = 1024 * 1024
-_TAIL_KEEP = 2 * DEFAULT_MAX_BYTES
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# -- process trees -------------------------------------------------------------------------
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every live descendant of `pid`, from /proc (empty where /proc is missing)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # The command name is in parentheses and may contain anything; fields follow the last ')'.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _signal_tree(pgid: int, pids: set[int], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-async def _kill_tree(pid: int, exited: asyncio.Event, *, grace: float) -> None:
-    """SIGTERM the command's group and descendants, wait up to `grace`, then SIGKILL them all.
-    The SIGKILL is sent even if this is cancelled while waiting."""
-    pids = _descendants(pid)
-    try:
-        if grace > 0:
-            _signal_tree(pid, pids, signal.SIGTERM)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(exited.wait(), grace)
-    finally:
-        _signal_tree(pid, pids | _descendants(pid), signal.SIGKILL)
-
-
-class _ExitWatch(asyncio.subprocess.SubprocessStreamProtocol):
-    """Knows when the process exits, even while something it started still holds the pipe
-    (`Process.wait` on Python 3.11 waits for the pipe too)."""
-
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=limit, loop=loop)
-        self.exited = asyncio.Event()
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        self.exited.set()
-
-
-# -- output --------------------------------------------------------------------------------
-
-
-def _new_spill_file() -> IO[bytes]:
-    return tempfile.TemporaryFile(prefix="teammate-bash-")
-
-
-class _Output:
-    """A command's output: counted, its tail kept in memory, the whole kept for saving (in
-    memory while small, then in a temporary file outside the workspace, up to a cap)."""
-
-    def __init__(self) -> None:
-        self.total_bytes = 0
-        self.newlines = 0
-        self.last_byte = b""
-        self.tail = bytearray()
-        self.memory = bytearray()
-        self.spill: IO[bytes] | None = None
-        self.saved = 0
-
-    async def add(self, chunk: bytes) -> None:
-        self.total_bytes += len(chunk)
-        self.newlines += chunk.count(b"\n")
-        self.last_byte = chunk[-1:]
-        self.tail += chunk
-        if len(self.tail) > _TAIL_KEEP:
-            del self.tail[: len(self.tail) - _TAIL_KEEP]
-        room = MAX_SAVED_BYTES - self.saved
-        part = chunk[:room]
-        if not part:
-            return
-        self.saved += len(part)
-        if self.spill is None and len(self.memory) + len(part) <= _MEMORY_BYTES:
-            self.memory += part
-            return
-        spill = self.spill
-        if spill is None:
-            spill = await asyncio.to_thread(_new_spill_file)
-            self.spill = spill
-            await asyncio.to_thread(spill.write, bytes(self.memory))
-            self.memory.clear()
-        await asyncio.to_thread(spill.write, part)
-
-    @property
-    def total_lines(self) -> int:
-        return self.newlines + (1 if self.last_byte not in (b"", b"\n") else 0)
-
-    def tail_text(self) -> tuple[str, bool]:
-        """The kept tail as text (starting at a line boundary) and whether it is cut."""
-        data = bytes(self.tail)
-        if self.total_bytes > len(data):
-            cut = data.find(b"\n")
-            data = data[cut + 1 :] if cut != -1 else data
-        text = data.decode("utf-8", "replace")
-        result = truncate_tail(text)
-        cut_off = result.truncated or self.total_bytes > len(self.tail)
-        return result.content, cut_off
-
-    def full(self) -> bytes:
-        if self.spill is None:
-            return bytes(self.memory)
-        self.spill.seek(0)
-        return self.spill.read()
-
-    def close(self) -> None:
-        if self.spill is not None:
-            self.spill.close()
-
+_Output = CommandOutput  # its name from before tools.bash_output, which tests import
 
 # -- the tool ------------------------------------------------------------------------------
 
@@ -379,7 +251,7 @@ class BashTool(AgentTool[BashParams]):
         root = workspace_root(ctx.workspace)
         timeout = min(params.timeout or self.default_timeout_s, self.max_timeout_s)
         group = (
-            await asyncio.to_thread(_command_cgroup, self.limits.max_processes)
+            await asyncio.to_thread(command_cgroup, self.limits.max_processes)
             if self.process_cgroup
             else None
         )
@@ -408,7 +280,7 @@ class BashTool(AgentTool[BashParams]):
         argv = self._argv(root, params.command, seccomp, prefix)
         try:
             transport, protocol = await loop.subprocess_exec(
-                lambda: _ExitWatch(limit=2**16, loop=loop),
+                lambda: ExitWatch(limit=2**16, loop=loop),
                 *(group.wrap(argv) if group is not None else argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -422,7 +294,7 @@ class BashTool(AgentTool[BashParams]):
             if seccomp is not None:
                 os.close(seccomp)
         proc = asyncio.subprocess.Process(transport, protocol, loop)
-        output = _Output()
+        output = CommandOutput()
         try:
             outcome = await self._supervise(proc, protocol, transport, output, ctx, limit_s, group)
             hit = group is not None and await asyncio.to_thread(group.limit_reached)
@@ -435,9 +307,9 @@ class BashTool(AgentTool[BashParams]):
     async def _supervise(
         self,
         proc: asyncio.subprocess.Process,
-        protocol: _ExitWatch,
+        protocol: ExitWatch,
         transport: asyncio.SubprocessTransport,
-        output: _Output,
+        output: CommandOutput,
         ctx: ToolContext,
         limit_s: float,
         group: CommandCgroup | None,
@@ -449,14 +321,14 @@ class BashTool(AgentTool[BashParams]):
         try:
             try:
                 async with asyncio.timeout(limit_s):
-                    outcome = await _wait_exit(protocol.exited, ctx)
+                    outcome = await wait_exit(protocol.exited, ctx)
             except TimeoutError:
                 outcome = "timeout"
         finally:
             # Whatever happened (exit, timeout, cancel), nothing the command started survives.
             grace = 0.0 if outcome == "exited" else KILL_GRACE_S
             try:
-                await _kill_tree(proc.pid, protocol.exited, grace=grace)
+                await kill_tree(proc.pid, protocol.exited, grace=grace)
                 if group is not None:  # what left the tree (setsid, double fork) is still here
                     await asyncio.to_thread(group.kill_all)
                 with contextlib.suppress(TimeoutError):
@@ -466,7 +338,9 @@ class BashTool(AgentTool[BashParams]):
                 transport.close()
         return outcome
 
-    async def _pump(self, stream: asyncio.StreamReader, output: _Output, ctx: ToolContext) -> None:
+    async def _pump(
+        self, stream: asyncio.StreamReader, output: CommandOutput, ctx: ToolContext
+    ) -> None:
         last = 0.0
         while chunk := await stream.read(65536):
             await output.add(chunk)
@@ -481,7 +355,7 @@ class BashTool(AgentTool[BashParams]):
         call_id: str,
         params: BashParams,
         root: Path,
-        output: _Output,
+        output: CommandOutput,
         proc: asyncio.subprocess.Process,
         outcome: Literal["exited", "timeout", "stopped"],
         limit_s: float,
@@ -532,7 +406,7 @@ class BashTool(AgentTool[BashParams]):
             raise ToolError(f"{body}\n\nCommand exited with code {code}.", details=details)
         return ToolResult.text(body, details)
 
-    async def _save_full(self, call_id: str, root: Path, output: _Output) -> str | None:
+    async def _save_full(self, call_id: str, root: Path, output: CommandOutput) -> str | None:
         """Save the whole output in the workspace through the confined writer, which follows
         no symlink on the way (the command, or another thread of the channel, may have put
         one there). None when it could not be saved."""
@@ -552,29 +426,3 @@ def _round_size(size: int) -> str:
         if size >= unit and size % unit == 0:
             return f"{size // unit} {name}"
     return format_size(size)
-
-
-def probe_containment(*, cgroup: bool = True, pid_namespace: bool = True) -> bool:
-    """Whether commands outside the sandbox can be kept from outliving themselves here (a pids
-    cgroup or a PID namespace). Blocking the first time, then cached: call it in a thread at
-    start-up so that building the tool's description later does not wait."""
-    return (cgroup and pids_cgroup_parent() is not None) or (
-        pid_namespace and probe_pid_namespace() is not None
-    )
-
-
-def _command_cgroup(max_processes: int) -> CommandCgroup | None:
-    """A fresh pids cgroup for one command, or None where this host gives us none. Blocking."""
-    parent = pids_cgroup_parent()
-    return CommandCgroup.create(parent, max_processes) if parent is not None else None
-
-
-async def _wait_exit(exited: asyncio.Event, ctx: ToolContext) -> Literal["exited", "stopped"]:
-    done_exit = asyncio.ensure_future(exited.wait())
-    done_stop = asyncio.ensure_future(ctx.signal.wait())
-    try:
-        await asyncio.wait({done_exit, done_stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        done_exit.cancel()
-        done_stop.cancel()
-    return "exited" if exited.is_set() else "stopped"

@@ -3,7 +3,9 @@
 Owns: starting the server in its own process group with the given environment, bounding what
 it may send (one message at most `max_message_bytes`; its stderr kept as a short tail for
 error messages, never copied to ours), noticing when it exits, and stopping it quickly (stdin
-closed, a short grace, then the whole process group killed).
+closed, a short grace, then the whole process group killed; the kill happens on every path,
+also when the stop itself is cancelled). The server ends with Teammate even when Teammate is
+SIGKILLed and can stop nothing: the kernel kills it then (`tools.parent_death`).
 
 Why not the SDK's `stdio_client`: it buffers a line of any length (a server writing without
 newlines would grow our memory without end), copies the server's stderr to our stderr, and
@@ -33,6 +35,8 @@ import anyio
 import mcp_types
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
+
+from tools.parent_death import ends_with_parent
 
 DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 STDERR_TAIL_BYTES = 2048
@@ -77,6 +81,7 @@ async def stdio_transport(
         env=env,
         cwd=cwd,
         start_new_session=True,  # its own process group: everything it starts dies with it
+        preexec_fn=ends_with_parent(),  # (in its own session no terminal signal reaches it)
         limit=max_message_bytes,
     )
     process_info.pid = process.pid
@@ -120,11 +125,13 @@ async def stdio_transport(
             yield reader, writer
         finally:
             stopping = True
-            with anyio.CancelScope(shield=True):
-                await _stop(process)
+            try:
+                with anyio.CancelScope(shield=True):  # (anyio's cancels; asyncio's still land)
+                    await _stop(process)
+            finally:
                 await reader.aclose()
                 await writer.aclose()
-            tasks.cancel_scope.cancel()
+                tasks.cancel_scope.cancel()
 
 
 class LineReader:
@@ -225,14 +232,19 @@ class LineWriter:
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:
-    """Close stdin (the spec's polite stop), wait briefly, then kill the process group."""
-    if process.stdin is not None:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
-    if process.returncode is None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(process.wait()), STOP_GRACE_S)
-    _kill_group(process)  # also whatever it started, even if it exited itself
+    """Close stdin (the spec's polite stop), wait briefly, then kill the process group.
+
+    The kill is in `finally`: a stop cancelled during its grace (a start that timed out, then
+    given up on by its caller: two cancels) used to skip it, and left the server running."""
+    try:
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        if process.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(process.wait()), STOP_GRACE_S)
+    finally:
+        _kill_group(process)  # also whatever it started, even if it exited itself
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(process.wait()), 2.0)
 

@@ -1,9 +1,10 @@
 """Keeping file tools, and the bot's own writes, inside their workspace.
 
-Owns: the checks on path text (`check_path_text`: NUL bytes, `~`, look-alike characters,
-over-long names), confined resolution (`locate`), the confined operations built on it (open a
-file or directory, replace a file atomically, walk a tree) and the bot's own confined IO
-(`write_file_in_workspace`, `read_file_in_workspace`, `make_dirs_in_workspace`).
+Owns: the confined operations (open a file or directory, read it bounded, replace a file
+atomically) and the bot's own confined IO (`write_file_in_workspace`, `read_file_in_workspace`,
+`make_dirs_in_workspace`). They are built on `tools.workspace_paths` (the checks on path text,
+`Root`, confined resolution with `locate`); tree walks are `tools.workspace_walk`'s. The names
+of both are re-exported here, so a tool imports everything confined from this module.
 
 Approach: directory file descriptors, openat-style, never a path reopened by name. A shared
 workspace changes under our feet (sandboxed `bash` in the same batch, another thread of the
@@ -31,7 +32,7 @@ Limit, stated plainly: a directory already opened may be moved elsewhere by a pr
 see both places (not sandboxed bash: the workspace is its own mount there, and a rename across
 mounts fails). Everything reached from it is then outside too; nothing here can prevent that.
 
-Must not: import anything of ours outside `core`.
+Must not: import anything of ours outside `core` and `tools.workspace_*`.
 """
 
 from __future__ import annotations
@@ -39,335 +40,71 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import resource
 import secrets
 import stat
-import unicodedata
-from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from core.tools import ToolError
+from tools.workspace_paths import (
+    DIR_FLAGS,
+    FILE_FLAGS,
+    MAX_NAME_BYTES,
+    MAX_PATH_CHARS,
+    MAX_PATH_DEPTH,
+    MAX_SYMLINK_HOPS,
+    Located,
+    Root,
+    check_path_text,
+    describe_kind,
+    locate,
+    mkdir_at,
+    open_error,
+    symlink_refused,
+    workspace_root,
+)
+from tools.workspace_walk import (
+    MAX_WALK_DEPTH,
+    SKIPPED_DIRS,
+    WalkEntry,
+    WalkStats,
+    open_entry,
+    walk_tree,
+)
 
-MAX_PATH_CHARS = 4096
-MAX_NAME_BYTES = 255
-MAX_SYMLINK_HOPS = 40  # as the kernel's own limit
-MAX_PATH_DEPTH = 512  # directories in one resolved path (one descriptor each while walking)
+__all__ = [
+    "MAX_BOT_WRITE_BYTES",
+    "MAX_NAME_BYTES",
+    "MAX_PATH_CHARS",
+    "MAX_PATH_DEPTH",
+    "MAX_SYMLINK_HOPS",
+    "MAX_WALK_DEPTH",
+    "SKIPPED_DIRS",
+    "Located",
+    "Root",
+    "WalkEntry",
+    "WalkStats",
+    "check_path_text",
+    "describe_kind",
+    "display_path",
+    "locate",
+    "make_dirs_in_workspace",
+    "open_dir",
+    "open_entry",
+    "open_file",
+    "read_fd",
+    "read_file",
+    "read_file_in_workspace",
+    "replace_file",
+    "resolve_in_workspace",
+    "walk_tree",
+    "workspace_root",
+    "write_file_in_workspace",
+    "write_regular_file",
+]
 
-
-def _walk_depth() -> int:
-    """Directories below the top of a find/grep walk. A walk holds one descriptor per level,
-    so the depth is also a share of the open-file limit (many walks may run at once)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 256
-    return max(32, min(256, soft // 16))
-
-
-MAX_WALK_DEPTH = _walk_depth()
 MAX_BOT_WRITE_BYTES = 64 * 1024 * 1024
 _OPEN_ATTEMPTS = 4  # a final component that keeps changing under us: give up after this
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-# Characters that reorder or hide text: a name containing them does not look like what it is.
-_INVISIBLE = frozenset(
-    "\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2060\u2066\u2067\u2068\u2069\ufeff"
-)
-# Path syntax a look-alike character could impersonate.
-_SYNTAX = frozenset("./\\~:")
-
-
-def check_path_text(raw: str) -> None:
-    """Refuse path text that is unsafe or misleading before touching the filesystem."""
-    if not raw:
-        raise ToolError(
-            "The path is empty. Give a path relative to the workspace, e.g. 'notes.md'."
-        )
-    if "\x00" in raw:
-        raise ToolError("The path contains a NUL byte, which no file name may contain.")
-    if any(unicodedata.category(ch) == "Cc" for ch in raw):
-        raise ToolError("The path contains control characters (such as a newline or tab).")
-    if any(ch in _INVISIBLE for ch in raw):
-        raise ToolError(
-            "The path contains invisible or text-direction characters; use the plain file name."
-        )
-    if raw.startswith("~"):
-        raise ToolError(
-            "Paths starting with '~' (a home directory) are not allowed; every path is relative "
-            "to the workspace."
-        )
-    if "\\" in raw:
-        raise ToolError("The path contains '\\'; use '/' to separate directories.")
-    if len(raw) > MAX_PATH_CHARS:
-        raise ToolError(f"The path is too long ({len(raw)} characters; at most {MAX_PATH_CHARS}).")
-    for name in raw.split("/"):
-        if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-            raise ToolError(
-                f"A name in the path is too long (over {MAX_NAME_BYTES} bytes): '{name[:40]}…'."
-            )
-    for ch in raw:
-        if ord(ch) < 128:
-            continue
-        folded = unicodedata.normalize("NFKC", ch)
-        if any(c in _SYNTAX for c in folded):
-            raise ToolError(
-                f"The path contains the look-alike character '{ch}' (U+{ord(ch):04X}), which "
-                f"imitates '{folded}'; use plain ASCII path syntax."
-            )
-
-
-def workspace_root(workspace: Path) -> Path:
-    """The workspace's real path (symlinks resolved); it must exist and be a directory."""
-    root = Path(os.path.realpath(workspace))
-    if not root.is_dir():
-        raise ToolError(f"The workspace directory {workspace} does not exist.")
-    return root
-
-
-class Root:
-    """An open workspace: every confined operation starts from its descriptor.
-
-    Use as a context manager (blocking; in a thread) or call `close`."""
-
-    __slots__ = ("fd", "given", "path")
-
-    def __init__(self, workspace: Path) -> None:
-        self.given = Path(os.path.abspath(workspace))
-        self.path = workspace_root(workspace)
-        try:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ToolError(f"The workspace directory cannot be opened: {exc.strerror}.") from None
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> Root:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def inside(self, absolute: str) -> list[str] | None:
-        """The components of an absolute path below the workspace, or None if it is not
-        below it (compared as text: the workspace as given or its real path)."""
-        for base in {str(self.path), str(self.given)}:
-            if absolute == base:
-                return []
-            prefix = base.rstrip("/") + "/"
-            if absolute.startswith(prefix):
-                return absolute[len(prefix) :].split("/")
-        return None
-
-
-@dataclass(slots=True)
-class Located:
-    """Where a path ends: an open descriptor of the directory holding the final entry (owned:
-    close it) and that entry's name (None when the path is the workspace itself). `parts` are
-    the real components from the workspace root, for messages."""
-
-    dir_fd: int
-    name: str | None
-    parts: tuple[str, ...]
-
-    @property
-    def shown(self) -> str:
-        return "/".join(self.parts) or "."
-
-    def close(self) -> None:
-        if self.dir_fd >= 0:
-            os.close(self.dir_fd)
-            self.dir_fd = -1
-
-    def __enter__(self) -> Located:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _outside(raw: str) -> ToolError:
-    how = "is absolute and" if raw.startswith("/") else "resolves to a place that"
-    return ToolError(
-        f"Access denied: '{raw}' {how} lies outside the workspace. Only files inside the "
-        "workspace can be used; give a path relative to it."
-    )
-
-
-def _symlink_refused(shown: str) -> ToolError:
-    return ToolError(
-        f"Access denied: '{shown}' is a symbolic link, and this path must not contain any."
-    )
-
-
-def locate(
-    root: Root, raw: str, *, follow_links: bool = True, create_parents: bool = False
-) -> Located:
-    """Walk `raw` from the workspace root without the kernel ever following a link (blocking).
-
-    With `follow_links`, symlinks inside the path (the final one included) are followed
-    logically and must stay inside; without it, any symlink is refused. `create_parents` makes
-    missing directories on the way (confined the same way). The final entry need not exist.
-    """
-    check_path_text(raw)
-    components = root.inside(raw) if raw.startswith("/") else raw.split("/")
-    if components is None:
-        raise _outside(raw)
-    pending = deque(components)
-    stack = [os.dup(root.fd)]
-    names: list[str] = []
-    hops = 0
-    made = 0
-    try:
-        while pending:
-            name = pending.popleft()
-            if name in ("", "."):
-                continue
-            if name == "..":
-                if not names:
-                    raise _outside(raw)
-                os.close(stack.pop())
-                names.pop()
-                continue
-            final = all(rest in ("", ".") for rest in pending)
-            here = stack[-1]
-            if final:
-                try:
-                    info = os.stat(name, dir_fd=here, follow_symlinks=False)
-                except FileNotFoundError:
-                    info = None
-                except OSError as exc:
-                    raise _open_error(exc, "/".join([*names, name])) from None
-                if info is not None and stat.S_ISLNK(info.st_mode):
-                    if not follow_links:
-                        raise _symlink_refused("/".join([*names, name]))
-                    hops = _expand_link(root, raw, here, name, names, stack, pending, hops)
-                    continue
-                located = Located(stack.pop(), name, (*names, name))
-                return located
-            try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=here)
-            except OSError as exc:
-                shown = "/".join([*names, name])
-                if exc.errno == errno.ENOENT and create_parents and made < MAX_PATH_DEPTH:
-                    made += 1
-                    with contextlib.suppress(FileExistsError):
-                        _mkdir_at(here, name, shown)
-                    pending.appendleft(name)  # open what is there now, whatever it is
-                    continue
-                if exc.errno == errno.ENOENT:
-                    raise ToolError(f"Not found: '{shown}' does not exist.") from None
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise _open_error(exc, shown) from None
-                try:
-                    info = os.stat(name, dir_fd=here, follow_symlinks=False)
-                except OSError:
-                    pending.appendleft(name)  # it changed meanwhile: look again
-                    hops += 1
-                    if hops > MAX_SYMLINK_HOPS:
-                        raise _open_error(exc, shown) from None
-                    continue
-                if stat.S_ISDIR(info.st_mode):  # a link a moment ago, a directory again now
-                    pending.appendleft(name)
-                    hops += 1
-                    if hops > MAX_SYMLINK_HOPS:
-                        changing = f"'{raw}' kept changing while it was being opened."
-                        raise ToolError(changing) from None
-                    continue
-                if not stat.S_ISLNK(info.st_mode):
-                    raise ToolError(
-                        f"'{shown}' is {describe_kind(info.st_mode)}, not a directory, so it "
-                        "cannot be a parent in the path."
-                    ) from None
-                if not follow_links:
-                    raise _symlink_refused(shown) from None
-                hops = _expand_link(root, raw, here, name, names, stack, pending, hops)
-                continue
-            stack.append(fd)
-            names.append(name)
-            if len(names) > MAX_PATH_DEPTH:
-                raise ToolError(f"The path is nested too deeply (over {MAX_PATH_DEPTH} levels).")
-        # The path is a directory (or the root) itself: hand back its parent and name.
-        if not names:
-            return Located(stack.pop(), None, ())
-        os.close(stack.pop())
-        return Located(stack.pop(), names[-1], tuple(names))
-    finally:
-        for fd in stack:
-            os.close(fd)
-
-
-def _expand_link(
-    root: Root,
-    raw: str,
-    here: int,
-    name: str,
-    names: list[str],
-    stack: list[int],
-    pending: deque[str],
-    hops: int,
-) -> int:
-    """Put a symlink's target in front of the pending components (logically, confined)."""
-    hops += 1
-    if hops > MAX_SYMLINK_HOPS:
-        raise ToolError(f"'{raw}' is a symbolic link that loops; it cannot be used.")
-    try:
-        target = os.readlink(name, dir_fd=here)
-    except OSError:
-        pending.appendleft(name)  # no longer a link: walk it again
-        return hops
-    if not target:
-        raise ToolError(f"'{raw}' contains an empty symbolic link.")
-    if target.startswith("/"):
-        below = root.inside(target)  # its '..' are walked logically, never above the root
-        if below is None:
-            raise _outside(raw)
-        while len(stack) > 1:
-            os.close(stack.pop())
-        names.clear()
-        pending.extendleft(reversed(below))
-    else:
-        pending.extendleft(reversed(target.split("/")))
-    return hops
-
-
-def _mkdir_at(dir_fd: int, name: str, shown: str) -> None:
-    try:
-        os.mkdir(name, 0o755, dir_fd=dir_fd)
-    except FileExistsError:
-        raise
-    except OSError as exc:
-        raise ToolError(f"Cannot create the directory '{shown}': {exc.strerror}.") from None
-
-
-def describe_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device file"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "not a regular file"
-
-
-def _open_error(exc: OSError, shown: str) -> ToolError:
-    if exc.errno == errno.ELOOP:
-        return ToolError(f"Access denied: '{shown}' is a symbolic link.")
-    if exc.errno == errno.EISDIR:
-        return ToolError(f"'{shown}' is a directory, not a file.")
-    if exc.errno == errno.ENAMETOOLONG:
-        return ToolError(f"The path '{shown}' is too long.")
-    return ToolError(f"Cannot use '{shown}': {exc.strerror}.")
 
 
 # -- confined operations (blocking: call them in a thread) ---------------------------------
@@ -384,7 +121,7 @@ def open_file(root: Root, raw: str, *, follow_links: bool = True) -> tuple[int, 
             except FileNotFoundError:
                 raise ToolError(f"File not found: '{at.shown}'.") from None
             except OSError as exc:
-                raise _open_error(exc, at.shown) from None
+                raise open_error(exc, at.shown) from None
             if stat.S_ISLNK(info.st_mode):
                 continue  # became a link after `locate` looked: walk again
             if not stat.S_ISREG(info.st_mode):
@@ -392,13 +129,13 @@ def open_file(root: Root, raw: str, *, follow_links: bool = True) -> tuple[int, 
                     f"'{at.shown}' is {describe_kind(info.st_mode)}, not a regular file."
                 )
             try:
-                fd = os.open(at.name, _FILE_FLAGS, dir_fd=at.dir_fd)
+                fd = os.open(at.name, FILE_FLAGS, dir_fd=at.dir_fd)
             except FileNotFoundError:
                 continue
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     continue
-                raise _open_error(exc, at.shown) from None
+                raise open_error(exc, at.shown) from None
             try:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
@@ -420,7 +157,7 @@ def open_dir(root: Root, raw: str) -> tuple[int, str]:
             if at.name is None:
                 return os.dup(at.dir_fd), "."
             try:
-                return os.open(at.name, _DIR_FLAGS, dir_fd=at.dir_fd), at.shown
+                return os.open(at.name, DIR_FLAGS, dir_fd=at.dir_fd), at.shown
             except FileNotFoundError:
                 raise ToolError(f"Directory not found: '{at.shown}'.") from None
             except OSError as exc:
@@ -494,11 +231,11 @@ def replace_file(
             except FileNotFoundError:
                 created = True
             except OSError as exc:
-                raise _open_error(exc, at.shown) from None
+                raise open_error(exc, at.shown) from None
             else:
                 if stat.S_ISLNK(info.st_mode):
                     if not follow_links:
-                        raise _symlink_refused(at.shown)
+                        raise symlink_refused(at.shown)
                     continue  # became a link after `locate` looked: walk again
                 if not stat.S_ISREG(info.st_mode):
                     raise ToolError(
@@ -526,7 +263,7 @@ def _write_temp_then_rename(
     except FileNotFoundError:
         raise _DirectoryGone from None
     except OSError as exc:
-        raise _open_error(exc, shown) from None
+        raise open_error(exc, shown) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -548,7 +285,7 @@ def _write_temp_then_rename(
     except FileNotFoundError:
         raise _DirectoryGone from None
     except OSError as exc:
-        raise _open_error(exc, shown) from None
+        raise open_error(exc, shown) from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=dir_fd)
@@ -614,114 +351,10 @@ def make_dirs_in_workspace(root: Path, relative_path: str) -> None:
         if at.name is None:
             return
         with contextlib.suppress(FileExistsError):
-            _mkdir_at(at.dir_fd, at.name, at.shown)
+            mkdir_at(at.dir_fd, at.name, at.shown)
         info = os.stat(at.name, dir_fd=at.dir_fd, follow_symlinks=False)
         if not stat.S_ISDIR(info.st_mode):
             raise ToolError(f"'{at.shown}' is {describe_kind(info.st_mode)}, not a directory.")
-
-
-# -- walking a tree ------------------------------------------------------------------------
-
-SKIPPED_DIRS = frozenset({".git"})
-
-
-@dataclass(slots=True)
-class WalkEntry:
-    """One entry of a walk: `rel` is relative to the top of the walk; `dir_fd` is its
-    directory's descriptor, valid only until the walk moves on."""
-
-    rel: str
-    name: str
-    is_dir: bool
-    dir_fd: int
-
-
-@dataclass(slots=True)
-class WalkStats:
-    too_deep: int = 0  # directories not entered because of MAX_WALK_DEPTH
-
-
-def walk_tree(
-    top_fd: int,
-    *,
-    include_dirs: bool = False,
-    max_depth: int = MAX_WALK_DEPTH,
-    stats: WalkStats | None = None,
-) -> Iterator[WalkEntry]:
-    """Every entry under the directory `top_fd` in path order (names sorted per directory,
-    depth first), without following symlinks, without entering `.git`, and without recursion:
-    an explicit stack of directory descriptors, at most `max_depth` deep. Symlinks and special
-    files are not yielded."""
-    stack: list[tuple[int, str, Iterator[tuple[str, bool]]]] = []
-    try:
-        first = os.dup(top_fd)
-        stack.append((first, "", iter(_listing(first))))
-        while stack:
-            fd, prefix, entries = stack[-1]
-            item = next(entries, None)
-            if item is None:
-                os.close(fd)
-                stack.pop()
-                continue
-            name, is_dir = item
-            rel = prefix + name
-            if not is_dir:
-                yield WalkEntry(rel, name, False, fd)
-                continue
-            if name in SKIPPED_DIRS:
-                continue
-            if include_dirs:
-                yield WalkEntry(rel, name, True, fd)
-            if len(stack) >= max_depth:
-                if stats is not None:
-                    stats.too_deep += 1
-                continue
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                continue  # gone, or swapped for a link: not ours to follow
-            stack.append((child, rel + "/", iter(_listing(child))))
-    finally:
-        for fd, _, _ in stack:
-            os.close(fd)
-
-
-def _listing(fd: int) -> list[tuple[str, bool]]:
-    """(name, is_dir) of the regular files and directories in `fd`, sorted by name."""
-    found: list[tuple[str, bool]] = []
-    try:
-        with os.scandir(fd) as listing:
-            for entry in listing:
-                try:
-                    if entry.is_symlink():
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        found.append((entry.name, True))
-                    elif entry.is_file(follow_symlinks=False):
-                        found.append((entry.name, False))
-                except OSError:
-                    continue
-    except OSError:
-        return []
-    found.sort()
-    return found
-
-
-def open_entry(entry: WalkEntry) -> int | None:
-    """A read descriptor of a regular file met in a walk, or None if it changed meanwhile."""
-    try:
-        fd = os.open(entry.name, _FILE_FLAGS, dir_fd=entry.dir_fd)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-        os.set_blocking(fd, True)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 # -- for callers that still think in paths -------------------------------------------------

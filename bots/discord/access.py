@@ -29,7 +29,10 @@ DM_TEXT = (
     "Sorry, I answer direct messages only for members of the servers I'm enabled in. "
     "Mention me in one of their channels instead."
 )
-ADMIN_TEXT = "Only Teammate's admins can change its configuration."
+ADMIN_TEXT = (
+    "Only Teammate's admins can see or change a channel's configuration "
+    "(`[discord] admin_users` or `admin_roles` in the configuration file)."
+)
 
 
 def is_admin(config: DiscordSettings, person: Person) -> bool:

@@ -1,9 +1,10 @@
 """Teammate's buttons: Stop on a running answer, 👍/👎 on a finished one.
 
 Owns: the persistent buttons as discord.py `DynamicItem`s (their `custom_id` carries the run,
-see `bots.discord.events.stop_custom_id`), so a press is understood after a restart too, and
-the views a surface attaches. A press is handed to the client's `ButtonHandler` (the adapter's
-bot implements it); a client without one answers the press with a short ephemeral note.
+see `bots.discord.interactions.stop_custom_id`), so a press is understood after a restart too, and
+the views a surface attaches. A press is handed to the client's `ButtonHandler`: its cog named
+`BUTTONS_COG` (`bots.discord.buttons_cog`); a client without one answers the press with a
+short ephemeral note.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import discord
 
-from bots.discord.events import feedback_custom_id, parse_custom_id, stop_custom_id
+from bots.discord.interactions import feedback_custom_id, parse_custom_id, stop_custom_id
 
 UNAVAILABLE_TEXT = "That button isn't available right now."
+BUTTONS_COG = "Buttons"  # the cog that handles a press
 
 
 @runtime_checkable
@@ -27,6 +29,12 @@ class ButtonHandler(Protocol):
     async def on_feedback_button(
         self, interaction: discord.Interaction[Any], run_id: int, vote: Literal["up", "down"]
     ) -> None: ...
+
+
+def _handler(client: object) -> ButtonHandler | None:
+    get_cog = getattr(client, "get_cog", None)
+    cog = get_cog(BUTTONS_COG) if callable(get_cog) else None
+    return cog if isinstance(cog, ButtonHandler) else None
 
 
 async def _unavailable(interaction: discord.Interaction[Any]) -> None:
@@ -62,8 +70,8 @@ class StopButton(
         return cls(parsed[1], parsed[2])
 
     async def callback(self, interaction: discord.Interaction[Any]) -> None:
-        handler = interaction.client
-        if isinstance(handler, ButtonHandler):
+        handler = _handler(interaction.client)
+        if handler is not None:
             await handler.on_stop_button(interaction, self.run_id, self.channel_id)
         else:
             await _unavailable(interaction)
@@ -96,8 +104,8 @@ class FeedbackButton(
         return cls(int(match.group("run")), vote)
 
     async def callback(self, interaction: discord.Interaction[Any]) -> None:
-        handler = interaction.client
-        if isinstance(handler, ButtonHandler):
+        handler = _handler(interaction.client)
+        if handler is not None:
             await handler.on_feedback_button(interaction, self.run_id, self.vote)
         else:
             await _unavailable(interaction)

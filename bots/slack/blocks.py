@@ -3,7 +3,8 @@
 Owns: the action ids and values of the Stop and feedback buttons (and parsing them back), the
 in-progress message, the final answer's parts (standard Markdown in `markdown` blocks, split
 with `bots.markdown_split`), one legacy attachment per tool call, and the small context lines
-(outcome, usage). No IO; `bots.slack.surface` decides what to send when.
+(usage; how the run ended is `bots.surface_base.outcome_line`, re-exported here, so it reads
+as on every platform). No IO; `bots.slack.surface` decides what to send when.
 
 Slack's limits that shape this: a message's `text` truncates at
 40,000 characters; `markdown` blocks hold about 12,000 characters per message in total; 50
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from bots.markdown_split import split_markdown
+from bots.surface_base import outcome_line as outcome_line  # the marks every platform shows
 from core.messages import Usage
 
 STOP_ACTION_ID = "teammate_stop"
@@ -137,20 +139,6 @@ def usage_line(usage: Usage) -> str:
         f"{usage.input + usage.cache_read + usage.cache_write:,} tokens in · "
         f"{usage.output:,} out · ${usage.cost:.4f}"
     )
-
-
-def outcome_line(outcome: str, error_text: str | None, reference: str | None) -> str | None:
-    """What the final message says about how the run ended (None: it simply answered)."""
-    text = (error_text or "").strip()
-    if reference and reference not in text:
-        text = f"{text} (reference {reference})".strip()
-    if outcome == "aborted":
-        return f"⏹️ {text}" if text else "⏹️ Stopped."
-    if outcome in ("error", "interrupted"):
-        return f"⚠️ {text}" if text else "⚠️ This answer did not finish."
-    if text:  # done, but with something to say (the turn cap)
-        return f"ℹ️ {text}"
-    return None
 
 
 def escape(text: str) -> str:

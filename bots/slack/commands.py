@@ -1,18 +1,18 @@
-"""The slash command (default `/teammate`): help, usage, stop, reset, and config for admins.
+"""The slash command (default `/teammate`): help, usage, stop, reset, memory, and config for
+admins, on Slack.
 
-Owns: parsing the command's text, what each subcommand does (through the runner and the
-store's contract, never SQL), and the ephemeral answers. Slack wants an acknowledgement within
-3 s: an answer ready within `ANSWER_WITHIN_S` is the acknowledgement itself; a slower one
-(resetting a channel with many threads) is acknowledged with "working on it" and sent later
-through the command's `response_url`.
+Owns: reading the command's payload and text into a `bots.commands.CommandPlace` and the
+subcommand's arguments (the help, and the notes on words it cannot read), Slack's `Markup`,
+and the ephemeral answers. What each subcommand does and says is `bots.commands`. Slack wants
+an acknowledgement within 3 s: an answer ready within `ANSWER_WITHIN_S` is the
+acknowledgement itself; a slower one (resetting a channel with many threads) is acknowledged
+with "working on it" and sent later through the command's `response_url`.
 
 Slash commands never arrive from inside a thread (Slack does not offer them there), so every
 subcommand acts on the channel: `stop` stops every answer in progress in it, `reset` makes
 Teammate forget its threads. In a thread, `@teammate stop` works instead.
 
-A channel's configuration (`config`) is kept in the store (`set_channel_config`) and layered
-over the configuration file by the runner for every new run (`bots.settings.ChannelConfig`):
-stored tools can only narrow what the file allows.
+Must not: act on the store or the runner itself (`bots.commands` does), or write SQL.
 """
 
 from __future__ import annotations
@@ -25,22 +25,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.access import access_refusal
-from bots.budgets import utc_day_start
-from bots.channel_config import (
-    ConfigChange,
-    allowed_tools,
-    describe,
-)
+from bots.channel_config import ConfigChange, allowed_tools
+from bots.commands import ChannelCommands, CommandPlace, Markup
 from bots.incoming import Incoming
-from bots.memory import parse_memory_words, run_memory_command
+from bots.memory import parse_memory_words
 from bots.runner import ConversationRunner
-from bots.settings import ChannelConfig, Settings
-from core.messages import Author, Usage
+from bots.settings import Settings
+from core.messages import Author
 
 log = logging.getLogger(__name__)
 
 ANSWER_WITHIN_S = 2.0  # Slack gives 3 s; the rest is for the network
-MAX_RESET_CONVERSATIONS = 10_000
 WORKING_TEXT = "Working on it…"
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
@@ -76,6 +71,21 @@ class Invocation:
         return self.channel_id.startswith("D")
 
 
+def slack_markup(command: str) -> Markup:
+    """Slack's mrkdwn, and `command`'s words for changing a configuration."""
+    return Markup(
+        bold="*",
+        bullet="•",
+        config_usage=(
+            f"Change it with `{command} config model <id>|default`, `config prompt "
+            "<text>|clear`, `config tools <a,b>|none|default`, `config timezone "
+            "<zone>|default`, or `config reset`."
+        ),
+        admin_text="Only Teammate's admins can see or change a channel's configuration "
+        "(`[slack] admins` in the configuration file).",
+    )
+
+
 def help_text(command: str) -> str:
     return "\n".join(
         [
@@ -96,7 +106,8 @@ def help_text(command: str) -> str:
 
 
 class SlashCommands:
-    """The subcommands over one runner; `answer` is what the listener acknowledges with."""
+    """The subcommands over one runner; `answer` is what the listener acknowledges with.
+    What each does is `bots.commands.ChannelCommands`; this reads the words after it."""
 
     def __init__(
         self,
@@ -105,11 +116,10 @@ class SlashCommands:
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.runner = runner
         self.settings = settings
         self._clock = clock
-        self._configs = runner.conversations.channel_configs(settings)  # one change at a time
-        self._memory = runner.conversations.channel_memory(settings.memory, settings.secrets())
+        self._markup = slack_markup(settings.slack.command)
+        self._commands = ChannelCommands(runner, settings, self._markup, clock=clock)
 
     async def answer(self, invocation: Invocation) -> str:
         refusal = self._refusal(invocation)
@@ -117,18 +127,27 @@ class SlashCommands:
             return refusal
         word, _, rest = invocation.text.strip().partition(" ")
         word = word.lower()
+        place = CommandPlace(
+            channel_key=invocation.channel_key,
+            conversation_key=None,  # Slack offers slash commands in channels only
+            by=invocation.user,
+            is_admin=invocation.user.id in self.settings.slack.admins,
+        )
         if word in ("", "help"):
             return help_text(invocation.command)
         if word == "usage":
-            return await self._usage(invocation)
+            return await self._commands.usage(place)
         if word == "stop":
-            return self._stop(invocation)
+            return self._commands.stop(place)
         if word == "reset":
-            return await self._reset(invocation)
+            return await self._commands.reset(place)
         if word == "config":
-            return await self._config(invocation, rest.strip())
+            return await self._commands.config(place, self._config_change(place, rest.strip()))
         if word == "memory":
-            return await self._memory_command(invocation, rest)
+            parsed = parse_memory_words(rest)
+            if isinstance(parsed, str):
+                return parsed.replace("`memory", f"`{invocation.command} memory")
+            return await self._commands.memory(place, parsed)
         return f"I don't know `{_short(word, 40)}`.\n" + help_text(invocation.command)
 
     def _refusal(self, invocation: Invocation) -> str | None:
@@ -144,107 +163,24 @@ class SlashCommands:
         )
         return access_refusal(self.settings, probe)
 
-    async def _usage(self, invocation: Invocation) -> str:
-        summary = await self.runner.conversations.usage_summary(
-            utc_day_start(self._clock()), channel_key=invocation.channel_key
-        )
-        answers = "answer" if summary.runs == 1 else "answers"
-        return (
-            f"*Today in this channel* (since midnight UTC): {summary.runs} {answers} · "
-            f"{_tokens(summary.usage)} · {_dollars(summary.usage.cost)} · "
-            f"👍 {summary.votes_up} 👎 {summary.votes_down}"
-        )
-
-    def _stop(self, invocation: Invocation) -> str:
-        stopped = 0
-        for key in self.runner.running_in(invocation.channel_key):
-            if self.runner.stop(key, by=invocation.user) == "stopped":
-                stopped += 1
-        if stopped == 0:
-            return "Nothing is in progress in this channel."
-        return f"Stopped {stopped} answer{'s' if stopped != 1 else ''} in this channel."
-
-    async def _reset(self, invocation: Invocation) -> str:
-        keys = await self.runner.conversations.keys_in_channel(
-            invocation.channel_key, limit=MAX_RESET_CONVERSATIONS
-        )
-        reset = 0
-        for key in keys:
-            if await self.runner.reset(key):
-                reset += 1
-        if reset == 0:
-            return "There was nothing to forget in this channel."
-        threads = "thread" if reset == 1 else "threads"
-        return (
-            f"Done: I've forgotten {reset} {threads} here; the next message in any of them "
-            "starts afresh. (Their history is kept, just no longer sent to the model.)"
-        )
-
-    async def _memory_command(self, invocation: Invocation, rest: str) -> str:
-        parsed = parse_memory_words(rest)
-        if isinstance(parsed, str):
-            return parsed.replace("`memory", f"`{invocation.command} memory")
-        return await run_memory_command(
-            self._memory,
-            invocation.channel_key,
-            parsed,
-            user_id=invocation.user.id,
-            is_admin=invocation.user.id in self.settings.slack.admins,
-        )
-
-    # -- config ------------------------------------------------------------------------------
-
-    async def _config(self, invocation: Invocation, rest: str) -> str:
-        if invocation.user.id not in self.settings.slack.admins:
-            return (
-                "Only Teammate's admins can see or change a channel's configuration "
-                "(`[slack] admins` in the configuration file)."
-            )
+    def _config_change(self, place: CommandPlace, rest: str) -> ConfigChange | str:
+        """`config [show]`, `config <field> <value>`, `config reset`; else what to write."""
         field, _, value = rest.partition(" ")
         field, value = field.lower(), value.strip()
-        key = invocation.channel_key
         if field in ("", "show"):
-            return self._show(invocation, await self._configs.current(key))
+            return ConfigChange()
         hint = _CONFIG_HINTS.get(field)
         if hint is None and field != "reset":
-            return f"I can't configure `{_short(field, 40)}`.\n" + self._usage_of_config(
-                invocation.command
-            )
+            return f"I can't configure `{_short(field, 40)}`.\n" + self._markup.config_usage
         if hint is not None and not value:
-            allowed = ", ".join(allowed_tools(self.settings, key)) or "none"
+            allowed = ", ".join(allowed_tools(self.settings, place.channel_key)) or "none"
             return hint.format(allowed=allowed)
-        change = ConfigChange(
+        return ConfigChange(
             reset=field == "reset",
             prompt=value if field == "prompt" else None,
             model=value if field == "model" else None,
             tools=value if field == "tools" else None,
             timezone=value if field == "timezone" else None,
-        )
-        problem, changed = await self._configs.change(key, change, by=invocation.user.id)
-        if problem:
-            return problem
-        return "Saved; it applies from the next answer.\n" + self._show(invocation, changed)
-
-    def _show(self, invocation: Invocation, stored: ChannelConfig) -> str:
-        view = describe(self.settings, invocation.channel_key, stored)
-        model, prompt, tools = view.model, view.prompt, view.tools
-        return "\n".join(
-            [
-                "*This channel's configuration*",
-                f"• model: {model}",
-                f"• extra instructions: {prompt}",
-                f"• tools: {tools}",
-                f"• time zone (scheduled work): {view.timezone}",
-                self._usage_of_config(invocation.command),
-            ]
-        )
-
-    @staticmethod
-    def _usage_of_config(command: str) -> str:
-        return (
-            f"Change it with `{command} config model <id>|default`, `config prompt "
-            "<text>|clear`, `config tools <a,b>|none|default`, `config timezone "
-            "<zone>|default`, or `config reset`."
         )
 
 
@@ -320,18 +256,6 @@ def _invocation(command: dict[str, Any], name: str) -> Invocation | None:
         team_id=team_id,
         channel_id=channel_id,
     )
-
-
-def _tokens(usage: Usage) -> str:
-    cached = usage.cache_read + usage.cache_write
-    read = usage.input + cached
-    extra = f" ({cached:,} of them cached)" if cached else ""
-    return f"{read:,} tokens read{extra}, {usage.output:,} written"
-
-
-def _dollars(cost: float) -> str:
-    """Cents once it matters; small sums with enough digits to be seen at all."""
-    return f"${cost:.2f}" if cost >= 0.1 or cost == 0 else f"${cost:.4f}"
 
 
 def _short(text: str, limit: int) -> str:

@@ -263,20 +263,71 @@ def _message(
     bot_id: str | None,
     known_thread: Callable[[str], bool],
 ) -> ParsedEvent:
+    ignored = _ignored_subtype(event) or _ignored_bot(event, bot_id)
+    if ignored is not None:
+        return ignored
+    fields = _message_fields(event, bot_user_id)
+    if isinstance(fields, Ignored):
+        return fields
+
+    # Bound first: every later step is then linear in at most MAX_TEXT_CHARS.
+    truncated = len(fields.raw_text) > MAX_TEXT_CHARS
+    raw_text = fields.raw_text[:MAX_TEXT_CHARS]
+    mentioned_ids = {match.group(1) for match in _USER_MENTION.finditer(raw_text)}
+    mentioned = kind == "app_mention" or bot_user_id in mentioned_ids
+    mentions_others = bool(mentioned_ids - {bot_user_id})
+    is_dm = _is_dm(event, fields.channel_id)
+
+    message = SlackMessage(
+        kind=kind,
+        team_id=team_id,
+        channel_id=fields.channel_id,
+        user_id=fields.user_id,
+        ts=fields.ts,
+        thread_ts=fields.thread_ts,
+        timestamp=float(fields.ts),
+        text="",
+        event_id=event_id,
+        is_dm=is_dm,
+        mentioned=mentioned,
+        stop_requested=False,
+        truncated=truncated,
+        files=fields.files,
+    )
+    if not (mentioned or is_dm):
+        if mentions_others:
+            return Ignored(IgnoreReason.MENTIONS_SOMEONE_ELSE)
+        if not message.in_thread or not known_thread(message.conversation_key):
+            return Ignored(IgnoreReason.NOT_ADDRESSED)
+    text = _decode(_strip_mention(raw_text, bot_user_id))
+    stop_requested = (mentioned or is_dm) and not fields.files and _is_stop(text)
+    if truncated:
+        text += TRUNCATION_NOTE.format(limit=MAX_TEXT_CHARS)
+    message = replace(message, text=text, stop_requested=stop_requested)
+    return _with_text(message, event.get("files"))
+
+
+def _ignored_subtype(event: Mapping[object, object]) -> Ignored | None:
+    """Why a subtype is no person's message (edits, deletes, joins, bots...); None if it is."""
     subtype = event.get("subtype")
-    if subtype is not None:
-        if not isinstance(subtype, str):
-            return Ignored(IgnoreReason.MALFORMED, "subtype")
-        if subtype == "bot_message":
-            return Ignored(IgnoreReason.BOT_MESSAGE, subtype)
-        if subtype == "message_changed":
-            return Ignored(IgnoreReason.EDITED, subtype)
-        if subtype == "message_deleted":
-            return Ignored(IgnoreReason.DELETED, subtype)
-        if subtype not in _PERSON_SUBTYPES:
-            return Ignored(IgnoreReason.OTHER_SUBTYPE, subtype[:64])
-    # A bot's message (its own included) can carry a user id too: `bot_id` decides first,
-    # so two bots mentioning each other cannot start a loop.
+    if subtype is None:
+        return None
+    if not isinstance(subtype, str):
+        return Ignored(IgnoreReason.MALFORMED, "subtype")
+    if subtype == "bot_message":
+        return Ignored(IgnoreReason.BOT_MESSAGE, subtype)
+    if subtype == "message_changed":
+        return Ignored(IgnoreReason.EDITED, subtype)
+    if subtype == "message_deleted":
+        return Ignored(IgnoreReason.DELETED, subtype)
+    if subtype not in _PERSON_SUBTYPES:
+        return Ignored(IgnoreReason.OTHER_SUBTYPE, subtype[:64])
+    return None
+
+
+def _ignored_bot(event: Mapping[object, object], bot_id: str | None) -> Ignored | None:
+    """A bot's message (its own included) can carry a user id too: `bot_id` decides first,
+    so two bots mentioning each other cannot start a loop."""
     event_bot_id = event.get("bot_id")
     if event_bot_id is not None and event_bot_id != "":
         if bot_id is not None and event_bot_id == bot_id:
@@ -284,6 +335,23 @@ def _message(
         return Ignored(IgnoreReason.BOT_MESSAGE, "bot_id")
     if event.get("bot_profile") is not None:
         return Ignored(IgnoreReason.BOT_MESSAGE, "bot_profile")
+    return None
+
+
+@dataclass(slots=True, frozen=True)
+class _MessageFields:
+    """A person's message's fields, each checked for shape; the text not yet bounded."""
+
+    user_id: str
+    channel_id: str
+    ts: str
+    thread_ts: str
+    raw_text: str
+    files: tuple[SlackFile, ...]
+
+
+def _message_fields(event: Mapping[object, object], bot_user_id: str) -> _MessageFields | Ignored:
+    """The fields, or the first one that is malformed (or the bot's own user id)."""
     user_id = _id(event.get("user"))
     if user_id is None:
         return Ignored(IgnoreReason.MALFORMED, "user")
@@ -307,42 +375,13 @@ def _message(
     files = _files(event.get("files"))
     if files is None:
         return Ignored(IgnoreReason.MALFORMED, "files")
+    return _MessageFields(user_id, channel_id, ts, thread_ts, raw_text, files)
 
-    # Bound first: every later step is then linear in at most MAX_TEXT_CHARS.
-    truncated = len(raw_text) > MAX_TEXT_CHARS
-    raw_text = raw_text[:MAX_TEXT_CHARS]
-    mentioned_ids = {match.group(1) for match in _USER_MENTION.finditer(raw_text)}
-    mentioned = kind == "app_mention" or bot_user_id in mentioned_ids
-    mentions_others = bool(mentioned_ids - {bot_user_id})
+
+def _is_dm(event: Mapping[object, object], channel_id: str) -> bool:
+    # Events without `channel_type` (older payloads): a DM's channel id starts with D.
     channel_type = event.get("channel_type")
-    is_dm = channel_type == "im" or (channel_type is None and channel_id.startswith("D"))
-
-    message = SlackMessage(
-        kind=kind,
-        team_id=team_id,
-        channel_id=channel_id,
-        user_id=user_id,
-        ts=ts,
-        thread_ts=thread_ts,
-        timestamp=float(ts),
-        text="",
-        event_id=event_id,
-        is_dm=is_dm,
-        mentioned=mentioned,
-        stop_requested=False,
-        truncated=truncated,
-        files=files,
-    )
-    if not (mentioned or is_dm):
-        if mentions_others:
-            return Ignored(IgnoreReason.MENTIONS_SOMEONE_ELSE)
-        if not message.in_thread or not known_thread(message.conversation_key):
-            return Ignored(IgnoreReason.NOT_ADDRESSED)
-    text = _decode(_strip_mention(raw_text, bot_user_id))
-    stop_requested = (mentioned or is_dm) and not files and _is_stop(text)
-    if truncated:
-        text += TRUNCATION_NOTE.format(limit=MAX_TEXT_CHARS)
-    return _with_text(_replace_text(message, text, stop_requested), event.get("files"))
+    return channel_type == "im" or (channel_type is None and channel_id.startswith("D"))
 
 
 def _with_text(message: SlackMessage, raw_files: object) -> ParsedEvent:
@@ -381,25 +420,6 @@ def _assistant_thread(
         user_id=user_id,
         context_channel_id=context_channel_id,
         event_id=event_id,
-    )
-
-
-def _replace_text(message: SlackMessage, text: str, stop_requested: bool) -> SlackMessage:
-    return SlackMessage(
-        kind=message.kind,
-        team_id=message.team_id,
-        channel_id=message.channel_id,
-        user_id=message.user_id,
-        ts=message.ts,
-        thread_ts=message.thread_ts,
-        timestamp=message.timestamp,
-        text=text,
-        event_id=message.event_id,
-        is_dm=message.is_dm,
-        mentioned=message.mentioned,
-        stop_requested=stop_requested,
-        truncated=message.truncated,
-        files=message.files,
     )
 
 

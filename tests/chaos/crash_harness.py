@@ -25,6 +25,12 @@ Each run is one conversation in a channel of its own, asked by a person of its o
    notice; then a follow-up `tok:rN-next` goes to another (or the restarted) instance and
    must be answered normally.
 
+A run whose kill never fired (the answer finished before its moment came) tested no crash:
+it is counted as missed (not survived), and its live process is kept, never started a second
+time on the same data directory. Every process the harness starts ends with it: stopped at
+the end (killed if the stop fails or is cancelled), killed when a start fails, and killed by
+the kernel if the harness itself is killed (`tools.parent_death`).
+
 Checked per run: every user message is in the store's history (none lost), no answer is
 shown twice, every tool call in history has its result (replayable), an answer not shown
 complete is announced exactly once (and a complete one not at all), the follow-up is
@@ -68,6 +74,7 @@ from tests.fakes.anthropic_server import (
 )
 from tests.fakes.local_site import local_site
 from tests.fakes.slack_server import sign
+from tools.parent_death import ends_with_parent
 
 ROOT = Path(__file__).resolve().parents[2]
 Backend = Literal["sqlite", "postgres"]
@@ -220,7 +227,11 @@ class Instance:
         return self.target.url
 
     async def start(self) -> None:
-        """Start `teammate slack --http`; returns once it listens (it printed its port)."""
+        """Start `teammate slack --http`; returns once it listens (it printed its port). Never
+        a second process on the data directory (that would test two live processes on one
+        database, not a restart); a start that fails kills what it started."""
+        if self.alive:
+            raise RuntimeError(f"{self.data_dir.name} is running: a restart needs it dead")
         command = [sys.executable, "-m", "bots.cli", "slack", "--http"]
         command += ["--host", "127.0.0.1", "--port", "0"]
         process = await asyncio.create_subprocess_exec(
@@ -230,24 +241,22 @@ class Instance:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=ends_with_parent(),  # ends with the harness, even a killed one
         )
-        assert process.stdout is not None
-        seen: list[str] = []
-        while True:
-            line = (await asyncio.wait_for(process.stdout.readline(), START_S)).decode()
-            if not line:
-                raise RuntimeError(f"teammate exited before listening:\n{''.join(seen)}")
-            seen.append(line)
-            match = _PORT_LINE.search(line)
-            if match:
-                break
+        try:
+            port = await _listening_port(process)
+        except BaseException:  # timed out, exited, or cancelled: nothing may be left running
+            if process.returncode is None:
+                process.kill()
+            await asyncio.shield(process.wait())
+            raise
 
         async def drain() -> None:  # never let the child block on a full pipe
             assert process.stdout is not None
             while await process.stdout.readline():
                 pass
 
-        self.target = Target("teammate", process, int(match.group(1)), asyncio.create_task(drain()))
+        self.target = Target("teammate", process, port, asyncio.create_task(drain()))
 
     def kill(self) -> None:
         if self.target is not None and self.target.process.returncode is None:
@@ -259,12 +268,30 @@ class Instance:
             self.target._drain.cancel()
 
     async def stop(self) -> None:
-        if self.target is not None:
-            try:
-                await self.target.stop()
-            except TimeoutError:
-                self.kill()
-                await self.reap()
+        """SIGTERM and wait; killed if that times out, fails or is cancelled."""
+        if self.target is None:
+            return
+        try:
+            await self.target.stop()
+        except TimeoutError:
+            pass
+        finally:
+            self.kill()
+        await self.reap()
+
+
+async def _listening_port(process: asyncio.subprocess.Process) -> int:
+    """The port `teammate slack --http` printed it listens on."""
+    assert process.stdout is not None
+    seen: list[str] = []
+    while True:
+        line = (await asyncio.wait_for(process.stdout.readline(), START_S)).decode()
+        if not line:
+            raise RuntimeError(f"teammate exited before listening:\n{''.join(seen)}")
+        seen.append(line)
+        match = _PORT_LINE.search(line)
+        if match:
+            return int(match.group(1))
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -276,6 +303,7 @@ class RunResult:
     backend: Backend
     phase: Phase
     hit: str | None  # the call that fired the kill (None: the answer finished first)
+    missed: bool = False  # the answer finished before the kill's moment: no crash tested
     survived: bool = False
     lost: int = 0  # user messages not in the store's history
     duplicates: int = 0  # answers shown more than once (each extra showing counts)
@@ -306,6 +334,10 @@ class CrashReport:
     @property
     def interrupted(self) -> int:
         return sum(r.interrupted for r in self.runs)
+
+    @property
+    def missed(self) -> int:
+        return sum(r.missed for r in self.runs)
 
     @property
     def announced_once(self) -> int:
@@ -449,10 +481,14 @@ class CrashRig:
             return result
         self.trigger = None
         result.hit = trigger.hit
-        if trigger.hit is not None:
+        if trigger.hit is None:  # the victim lives on and answers the follow-up itself
+            result.missed = True
+            result.problem = "missed: the answer finished before the kill (no crash tested)"
+        else:
             await victim.reap()
         others = [i for i in self.instances if i.alive]
-        if not others or trigger.phase == "accept" or self.backend == "sqlite":
+        restart = not others or trigger.phase == "accept" or self.backend == "sqlite"
+        if restart and not victim.alive:
             await victim.start()  # (the others cannot replay the victim's own journal)
             others = [i for i in self.instances if i.alive]
         if not acked:  # Slack delivers an unacknowledged event again
@@ -628,9 +664,12 @@ class CrashRig:
                 await instance.start()
 
     async def close(self) -> None:
-        if self._restarting is not None:
-            await asyncio.gather(self._restarting, return_exceptions=True)
-        await asyncio.gather(*(i.stop() for i in self.instances))
+        """Stop every instance, a restart in flight included, whatever fails meanwhile."""
+        try:
+            if self._restarting is not None:
+                await asyncio.gather(self._restarting, return_exceptions=True)
+        finally:
+            await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
 
 
 def _user_of(token: str) -> str:
@@ -679,7 +718,13 @@ async def crash_runs(
                 try:
                     first, *rest = rig.instances  # the first migrates alone
                     await first.start()
-                    await asyncio.gather(*(i.start() for i in rest))
+                    # (every start finishes or fails before close() stops them: none is lost)
+                    starts = await asyncio.gather(
+                        *(i.start() for i in rest), return_exceptions=True
+                    )
+                    for failed in starts:
+                        if isinstance(failed, BaseException):
+                            raise failed
                     async with aiohttp.ClientSession() as session:
                         for n in range(runs):
                             try:

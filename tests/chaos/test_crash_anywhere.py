@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import processes
 from tests.chaos.crash_harness import CrashReport, Phase, crash_runs
 from tests.storage import pg
 
@@ -48,6 +49,27 @@ async def test_one_process_on_sqlite_survives_kills_at_seeded_moments() -> None:
     report = await crash_runs("sqlite", 4, seed=29, plan=plan, posting=("chat.stopStream", False))
     check(report, plan)
     assert not report.runs[3].interrupted  # the posting kill: the answer itself, not a notice
+
+
+@pytest.mark.skipif(not processes.adopt_orphans(), reason="finding orphans needs Linux")
+async def test_a_kill_that_never_fires_is_counted_missed_and_starts_no_second_process() -> None:
+    # No answer deletes a message: this kill's moment never comes, the answer finishes first.
+    # Such a run used to "restart" the live process: a second one on the same data directory
+    # (two live processes on one database, not a crash), the first's handle overwritten, so
+    # it was never stopped and outlived the harness.
+    report = await crash_runs(
+        "sqlite", 1, seed=29, plan=["posting"], posting=("chat.delete", False)
+    )
+
+    [run] = report.runs
+    assert run.hit is None and run.missed and not run.survived, run.problem
+    assert run.problem.startswith("missed: the answer finished before the kill")
+    assert run.follow_up_answered and run.lost == run.duplicates == 0
+    assert report.missed == 1 and report.phases() == {"posting (missed)": 1}
+    left = {
+        pid for pid in processes.descendants() if "bots.cli slack" in processes.command_line(pid)
+    }
+    assert not processes.still_running(left, grace_s=5.0), processes.describe(left)
 
 
 @pytest.mark.skipif(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,24 +31,6 @@ async def own_cluster() -> AsyncIterator[pg.PgServer]:
         await asyncio.to_thread(pg.stop_cluster, server)
 
 
-def _restart(server: pg.PgServer) -> None:
-    """Stop the server (its connections are cut, as in a maintenance restart), then start it
-    again with the options it had. (Not `immediate`: the throwaway cluster runs with fsync
-    off, so a simulated crash would lose commits the store was told were durable.)"""
-    assert server.throwaway is not None
-    bin_dir = pg._bin_dir()
-    assert bin_dir is not None
-    prefix = pg._as_user() or []
-    data = str(server.throwaway / "data")
-    subprocess.run(
-        [*prefix, str(bin_dir / "pg_ctl"), "-D", data, "-m", "fast", "-w",
-         "-l", str(server.throwaway / "server.log"), "restart"],
-        check=True,
-        capture_output=True,
-        timeout=90,
-    )  # fmt: skip
-
-
 async def test_a_postgres_restart_mid_answer_is_said_and_service_resumes(tmp_path: Path) -> None:
     async with (
         own_cluster() as server,
@@ -68,7 +49,7 @@ async def test_a_postgres_restart_mid_answer_is_said_and_service_resumes(tmp_pat
             asked = await app.mention("a long answer, please", thread_ts=ts)
             while len(model_api.requests) < 2:  # noqa: ASYNC110 (the fake's own list)
                 await asyncio.sleep(0.01)
-            await asyncio.to_thread(_restart, server)
+            await asyncio.to_thread(pg.restart_cluster, server)
             await app.settle()
         shown = json.dumps([call.args for call in slack.calls], ensure_ascii=False)
         # The pool reconnects: the answer either completes (✅) or, if a write met the

@@ -7,7 +7,11 @@ throwaway cluster.
 - Otherwise a cluster is made in a temporary directory (`initdb`, trust auth, fsync off: it
   is thrown away) and started on a free port of 127.0.0.1 with its socket in that directory;
   as root it runs as the unprivileged `postgres` user (initdb refuses root). It is stopped
-  and deleted when the process that started it is done with it.
+  and deleted when the process that started it is done with it, and it ends with that
+  process however it ends (killed too): `postgres` is started as our child, not daemonized by
+  `pg_ctl`, with the kernel asked to SIGKILL it when we end (`tools.parent_death`); its
+  backends then see their postmaster gone and exit. (The kernel sends that signal when the
+  starting *thread* ends, so it is started from a thread that lasts as long as the process.)
 - Each test gets a fresh schema (named in the URL as `?search_path=...`), dropped afterwards,
   so tests never see each other's rows.
 
@@ -22,19 +26,29 @@ import contextlib
 import glob
 import os
 import pwd
+import queue
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
+import time
+import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
+from tools.parent_death import ends_with_parent
+
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/test"
 UNPRIVILEGED_USER = "postgres"
+READY_S = 60.0  # a hang guard for the cluster's start, not a speed check
+STOP_S = 60.0
 
 
 @dataclass(slots=True)
@@ -44,6 +58,7 @@ class PgServer:
     url: str
     version: str
     throwaway: Path | None = None  # the cluster's directory when this process started it
+    postmaster: subprocess.Popen[bytes] | None = None  # the throwaway cluster's server
 
     def schema_url(self, schema: str) -> str:
         joiner = "&" if "?" in self.url else "?"
@@ -69,10 +84,10 @@ class PgServer:
 unavailable_reason = ""
 
 
-async def _probe(url: str) -> str | None:
+async def _probe(url: str, timeout_s: float = 5) -> str | None:
     """The server's version if `url` answers within a few seconds, else None."""
     try:
-        connection = await asyncpg.connect(url, timeout=5)
+        connection = await asyncpg.connect(url, timeout=timeout_s)
     except (TimeoutError, OSError, asyncpg.PostgresError):
         return None
     try:
@@ -119,6 +134,109 @@ def _as_user() -> list[str] | None:
     return [runuser, "-u", UNPRIVILEGED_USER, "--"] if runuser else None
 
 
+def _as_owner() -> dict[str, Any]:
+    """`Popen` arguments that run a server program as the unprivileged user ({} if we are)."""
+    if os.geteuid() != 0:
+        return {}
+    owner = pwd.getpwnam(UNPRIVILEGED_USER)
+    return {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
+
+
+_spawns: queue.SimpleQueue[Callable[[], None]] | None = None
+_spawns_lock = threading.Lock()
+
+
+def _in_lasting_thread(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """Run `start` in a thread that lasts as long as the process: a child asking to die with
+    its parent dies with the starting thread (a caller may be an `asyncio.to_thread` worker)."""
+    global _spawns
+    with _spawns_lock:
+        if _spawns is None:
+            _spawns = queue.SimpleQueue()
+            jobs = _spawns
+
+            def serve() -> None:
+                while True:
+                    jobs.get()()
+
+            threading.Thread(target=serve, name="pg-spawner", daemon=True).start()
+    done: queue.SimpleQueue[subprocess.Popen[bytes] | BaseException] = queue.SimpleQueue()
+
+    def job() -> None:
+        try:
+            done.put(start())
+        except BaseException as exc:  # handed to the caller, raised there
+            done.put(exc)
+
+    _spawns.put(job)
+    result = done.get()
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _start_postmaster(
+    bin_dir: Path, root: Path, port: int, env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], str] | None:
+    """`postgres` on `root/data`, our child for life (see the module), once it answers, with
+    its version; None (stopped again) if it does not."""
+    options = [
+        "-p", str(port), "-k", str(root), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+        "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+        "-c", "max_connections=300", "-c", "shared_buffers=64MB",
+    ]  # fmt: skip
+    with open(root / "server.log", "ab") as log:
+        process = _in_lasting_thread(
+            lambda: subprocess.Popen(
+                [str(bin_dir / "postgres"), "-D", str(root / "data"), *options],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=root, start_new_session=True,  # (a terminal's Ctrl-C is the tests', not its)
+                preexec_fn=ends_with_parent(), **_as_owner(),
+            )
+        )  # fmt: skip
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    deadline = time.monotonic() + READY_S
+    while process.poll() is None and time.monotonic() < deadline:
+        version = asyncio.run(_probe(url, timeout_s=2))
+        if version is not None:
+            return process, version
+        time.sleep(0.1)
+    _stop_postmaster(process)
+    return None
+
+
+def _stop_postmaster(process: subprocess.Popen[bytes]) -> None:
+    """PostgreSQL's immediate shutdown (SIGQUIT), then SIGKILL if it lingers."""
+    if process.poll() is None:
+        with contextlib.suppress(OSError):
+            process.send_signal(signal.SIGQUIT)
+    try:
+        process.wait(STOP_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def restart_cluster(server: PgServer) -> None:
+    """Stop the throwaway cluster (a fast shutdown: its connections are cut, as in a
+    maintenance restart; not `immediate`: with fsync off a simulated crash would lose commits
+    the store was told were durable), then start it again as it was, once it answers."""
+    bin_dir = _bin_dir()
+    assert server.throwaway is not None and server.postmaster is not None and bin_dir
+    server.postmaster.send_signal(signal.SIGINT)
+    server.postmaster.wait(STOP_S)
+    port = urllib.parse.urlsplit(server.url).port
+    assert port is not None
+    started = _start_postmaster(bin_dir, server.throwaway, port, _server_env())
+    if started is None:
+        raise RuntimeError(f"the throwaway cluster did not start again (see {server.throwaway})")
+    server.postmaster = started[0]
+
+
+def _server_env() -> dict[str, str]:
+    return {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+
+
 def start_cluster() -> PgServer | None:
     """initdb and start a throwaway cluster; None (with `unavailable_reason`) if impossible."""
     global unavailable_reason
@@ -144,23 +262,14 @@ def start_cluster() -> PgServer | None:
         for path in (root, data):
             os.chown(path, owner.pw_uid, owner.pw_gid)
     port = _free_port()
-    env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+    env = _server_env()
     try:
         subprocess.run(
             [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
              "-E", "UTF8", "--no-sync", "--no-instructions"],
             check=True, capture_output=True, env=env, timeout=120,
         )  # fmt: skip
-        options = (
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "
-            "-c shared_buffers=64MB"
-        )
-        subprocess.run(
-            [*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options,
-             "-l", str(root / "server.log"), "-w", "-t", "60", "start"],
-            check=True, capture_output=True, env=env, timeout=90,
-        )  # fmt: skip
+        started = _start_postmaster(bin_dir, root, port, env)
     except (OSError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
         log = root / "server.log"
@@ -172,27 +281,21 @@ def start_cluster() -> PgServer | None:
         )
         shutil.rmtree(root, ignore_errors=True)
         return None
-    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    version = asyncio.run(_probe(url))
-    if version is None:
-        unavailable_reason = "the throwaway PostgreSQL cluster started but does not answer"
-        stop_cluster(PgServer(url, "", root))
+    if started is None:
+        log = (root / "server.log").read_bytes()[-300:].decode(errors="replace").strip()
+        unavailable_reason = f"the throwaway PostgreSQL cluster did not answer: {log}"
+        shutil.rmtree(root, ignore_errors=True)
         return None
-    return PgServer(url=url, version=version, throwaway=root)
+    process, version = started
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    return PgServer(url=url, version=version, throwaway=root, postmaster=process)
 
 
 def stop_cluster(server: PgServer) -> None:
     if server.throwaway is None:
         return
-    bin_dir = _bin_dir()
-    prefix = _as_user() or []
-    if bin_dir is not None:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(
-                [*prefix, str(bin_dir / "pg_ctl"), "-D", str(server.throwaway / "data"),
-                 "-m", "immediate", "-w", "stop"],
-                capture_output=True, timeout=60,
-            )  # fmt: skip
+    if server.postmaster is not None:
+        _stop_postmaster(server.postmaster)
     shutil.rmtree(server.throwaway, ignore_errors=True)
 
 

@@ -1,4 +1,4 @@
-"""How a stretch of answer text becomes Discord messages (`_parts`): only the text the shown
+"""How a stretch of answer text becomes Discord messages (`split_parts`): only the text the shown
 parts can hold is split, with exactly the parts splitting it whole would give."""
 
 from __future__ import annotations
@@ -6,7 +6,12 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bots.discord.surface import MAX_PARTS_PER_BLOCK, MESSAGE_LIMIT, OVERFLOW_TEXT, _parts
+from bots.discord.surface_parts import (
+    MAX_PARTS_PER_BLOCK,
+    MESSAGE_LIMIT,
+    OVERFLOW_TEXT,
+    split_parts,
+)
 from bots.markdown_split import split_markdown
 
 PIECES = [
@@ -32,12 +37,12 @@ def split_whole(text: str) -> tuple[list[str], bool]:
 @given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=120), st.integers(0, 3))
 def test_parts_are_those_of_the_whole_text(pieces: list[str], glue: int) -> None:
     text = ("\n" * glue).join(pieces)
-    assert _parts(text) == split_whole(text)
+    assert split_parts(text) == split_whole(text)
 
 
 def test_a_huge_answer_is_split_only_as_far_as_it_is_shown() -> None:
     text = "\n\n".join(f"Paragraph {i}: " + "words " * 60 for i in range(700))  # 260 kB
-    parts, overflows = _parts(text)
+    parts, overflows = split_parts(text)
     assert overflows and len(parts) == MAX_PARTS_PER_BLOCK and parts[-1] == OVERFLOW_TEXT
     assert (parts, overflows) == split_whole(text)
 
@@ -45,5 +50,5 @@ def test_a_huge_answer_is_split_only_as_far_as_it_is_shown() -> None:
 def test_blank_lines_between_parts_fall_back_to_splitting_it_whole() -> None:
     # Blank lines are dropped between parts: a prefix of 11 messages' worth holds fewer.
     text = ("y" * 1_900 + "\n" * 2_000) * 12
-    assert _parts(text) == split_whole(text)
-    assert _parts(text)[1]  # overflows
+    assert split_parts(text) == split_whole(text)
+    assert split_parts(text)[1]  # overflows

@@ -95,7 +95,7 @@ async def test_a_run_interrupted_by_a_crash_is_reported_once_after_the_restart(
     replies = fake_slack.bot_replies("C1", event["ts"])
     assert [INTERRUPTED_TEXT in texts([reply]) for reply in replies].count(True) == 1
     assert "teammate_stop" not in texts(replies), "the stuck message lost its Stop button"
-    assert "x" in fake_slack.reactions("C1", event["ts"])
+    assert "warning" in fake_slack.reactions("C1", event["ts"])  # ⚠️ interrupted, as on Discord
     assert model.requests == []
 
 

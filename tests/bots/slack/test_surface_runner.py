@@ -12,7 +12,7 @@ from bots.recovery import INTERRUPTED_TEXT
 from bots.slack.blocks import GREEN
 from bots.slack.surface import (
     DONE_REACTION,
-    FAILED_REACTION,
+    INTERRUPTED_REACTION,
     STOPPED_REACTION,
     SlackFeatures,
     SlackSurface,
@@ -142,7 +142,7 @@ async def test_an_interrupted_run_is_announced_in_its_thread_exactly_once(
     assert not has_stop(message)
     assert any(INTERRUPTED_TEXT in text for text in context_texts(message))
     assert message["attachments"]  # the tool calls it had stay
-    assert fake_slack.reactions(SLACK_CHANNEL, thread_ts) == [FAILED_REACTION]
+    assert fake_slack.reactions(SLACK_CHANNEL, thread_ts) == [INTERRUPTED_REACTION]  # ⚠️
     assert await runner.recover() == []  # announced once: the run is closed
     await runner.close()
 
@@ -157,7 +157,7 @@ async def test_an_interrupted_run_that_showed_nothing_posts_once(
     await runner.wait(KEY)
     [message] = fake_slack.bot_replies(SLACK_CHANNEL, thread_ts)
     assert any(INTERRUPTED_TEXT in text for text in context_texts(message))
-    assert fake_slack.reactions(SLACK_CHANNEL, thread_ts) == [FAILED_REACTION]
+    assert fake_slack.reactions(SLACK_CHANNEL, thread_ts) == [INTERRUPTED_REACTION]  # ⚠️
     assert SlackSurfaces(slack_client).for_ref(KEY, {"platform": "terminal"}) is None
     await runner.close()
 

@@ -1,20 +1,22 @@
 """`teammate ask` and `teammate chat`: a terminal conversation on the app.
 
-Owns: where a terminal conversation's tools work (`workspace_of`: `--workspace DIR`, else the
-directory the command was started in, confined to it as a channel is to its workspace) and
-opening the app for one. Must not: parse arguments beyond `--workspace`, or print anything but
-through the terminal surface.
+Owns: the two commands' handlers (the conversation's name, the prompt, `-` for stdin), where a
+terminal conversation's tools work (`workspace_of`: `--workspace DIR`, else the directory the
+command was started in, confined to it as a channel is to its workspace) and opening the app
+for one. Must not: print anything but through the terminal surface.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from bots.app import App, open_app
+from bots.app import App, open_app, require_model_credentials
+from bots.cli.common import settings_from, start_logging
 from bots.settings import Settings, SettingsError
 from bots.terminal import (
     TERMINAL_RULES,
@@ -24,6 +26,37 @@ from bots.terminal import (
     run_ask,
     run_chat,
 )
+
+
+def ask_command(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    prompt = _prompt(args.prompt)
+    name = _conversation_name(args.conversation)
+    require_model_credentials(settings, conversation_key(name))
+    start_logging(settings, args)
+    return asyncio.run(_ask(settings, name, prompt, workspace_of(args)))
+
+
+def chat_command(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    name = _conversation_name(args.conversation)
+    require_model_credentials(settings, conversation_key(name))
+    start_logging(settings, args)
+    return asyncio.run(_chat(settings, name, workspace_of(args)))
+
+
+def _conversation_name(name: str) -> str:
+    name = name.strip()
+    if not name:
+        raise SettingsError("--conversation: the name must not be empty")
+    return name
+
+
+def _prompt(words: list[str]) -> str:
+    prompt = sys.stdin.read() if words == ["-"] else " ".join(words)
+    if not prompt.strip():
+        raise SettingsError("the prompt is empty")
+    return prompt.strip()
 
 
 def workspace_of(args: argparse.Namespace) -> Path:
@@ -43,12 +76,12 @@ async def _terminal(settings: Settings, key: str, workspace: Path) -> AsyncItera
         yield app
 
 
-async def ask_command(settings: Settings, name: str, prompt: str, workspace: Path) -> int:
+async def _ask(settings: Settings, name: str, prompt: str, workspace: Path) -> int:
     async with _terminal(settings, conversation_key(name), workspace) as app:
         return await run_ask(app, name, prompt, out=sys.stdout, err=sys.stderr)
 
 
-async def chat_command(settings: Settings, name: str, workspace: Path) -> int:
+async def _chat(settings: Settings, name: str, workspace: Path) -> int:
     key = conversation_key(name)
     async with _terminal(settings, key, workspace) as app:
         return await run_chat(
