@@ -43,7 +43,7 @@ from typing import Any, cast
 import discord
 from discord.ext import commands
 
-from bots.discord.bot import DISCORD_RULES, TeammateBot
+from bots.platforms.discord.bot import DISCORD_RULES, TeammateBot
 from bots.runner import ConversationRunner
 from bots.settings import DiscordSettings, Settings
 from core.models.scripted import Reply, ScriptedModel

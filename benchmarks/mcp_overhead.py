@@ -65,8 +65,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from bots.app import open_app
+from bots.platforms.terminal.surface import TERMINAL_RULES, run_ask
 from bots.settings import Settings
-from bots.terminal import TERMINAL_RULES, run_ask
 from core.tools import AgentTool, AnyTool, ToolContext, ToolResult
 from tools.mcp import McpHub
 from tools.mcp_config import McpServerConfig, McpSettings

@@ -11,7 +11,7 @@ what is stored over the file for every new run (`bots.settings.ChannelConfig`).
 
 Texts are plain sentences without platform markup; each adapter frames them.
 
-Must not: know a platform (no `bots.slack`, no `bots.discord`), or write SQL.
+Must not: know a platform (no `bots.platforms.slack`, no `bots.platforms.discord`), or write SQL.
 """
 
 from __future__ import annotations

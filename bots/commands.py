@@ -11,7 +11,7 @@ on that conversation; used in a channel (Slack's slash commands always are: Slac
 offer them in threads) it acts on every conversation of the channel.
 
 Must not: parse a platform's payload, check a platform's access lists (the adapter refuses
-before it calls), send anything, or import `bots.slack` / `bots.discord`.
+before it calls), send anything, or import `bots.platforms.slack` / `bots.platforms.discord`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The journal of platform events acknowledged but not yet handed to the runner: Slack's
-events (`bots.slack.listeners`) and Discord's `/ask` (`bots.discord.ask_cog`: deferred only once
-written down, the defer being its acknowledgement).
+events (`bots.platforms.slack.listeners`) and Discord's `/ask` (`bots.platforms.discord.ask_cog`:
+deferred only once written down, the defer being its acknowledgement).
 
 Why (Slack's case): Slack never delivers an acknowledged event again, and between the
 acknowledgement and the store's accepting transaction lies slow work (the author's name,

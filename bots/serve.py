@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from bots.app import open_app, require_model_credentials
-from bots.discord_platform import DiscordPlatform
 from bots.platform import Platform, PlatformStartError, ServeOptions
+from bots.platforms.discord.platform import DiscordPlatform
+from bots.platforms.slack.platform import SlackPlatform
 from bots.settings import Settings, SettingsError
-from bots.slack_platform import SlackPlatform
 from bots.surface import Surface, SurfaceFactory
 
 log = logging.getLogger(__name__)

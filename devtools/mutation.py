@@ -67,8 +67,8 @@ DEFAULT_PATTERNS = (
     "storage/sqlite_*.py",
     "storage/rows.py",  # rows to records, shared by both backends (was storage/sqlite_rows.py)
     "storage/batching.py",  # the SQLite store's group commit (shared with any other backend)
-    "bots/slack/events.py",  # the Slack payload translator
-    "bots/discord/events.py",  # the Discord one, when it lands
+    "bots/platforms/slack/events.py",  # the Slack payload translator
+    "bots/platforms/discord/events.py",  # the Discord one, when it lands
 )
 
 # Matched by a pattern above but not the store's logic: the schema has its own tests.

@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # each took alone on the 2-core machine, loaded (2026-12, all 137 files passed alone in 25 min).
 # They still run in full in scripts/test; the sample's files took 1.5-24 s (6.4 s on average).
 SLOW: dict[str, str] = {
-    "tests/bots/discord/test_cli_discord.py": "50 s alone: starts the CLI",
-    "tests/bots/slack/test_e2e_conversations.py": "34 s alone: end to end",
-    "tests/bots/slack/test_e2e_lifecycle.py": "26 s alone: end to end",
-    "tests/bots/slack/test_e2e_scale_out.py": "158 s alone: several instances, end to end",
+    "tests/bots/platforms/discord/test_cli_discord.py": "50 s alone: starts the CLI",
+    "tests/bots/platforms/slack/test_e2e_conversations.py": "34 s alone: end to end",
+    "tests/bots/platforms/slack/test_e2e_lifecycle.py": "26 s alone: end to end",
+    "tests/bots/platforms/slack/test_e2e_scale_out.py": "158 s alone: several instances",
     "tests/bots/test_cli.py": "84 s alone: starts the CLI",
     "tests/bots/test_cli_serve.py": "75 s alone: starts `teammate serve`",
     "tests/bots/test_doctor_models.py": "27 s alone",

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from bots.app import App, open_app, require_model_credentials
 from bots.cli.common import settings_from, start_logging
-from bots.settings import Settings, SettingsError
-from bots.terminal import (
+from bots.platforms.terminal.surface import (
     TERMINAL_RULES,
     StdinLines,
     TerminalSurfaces,
@@ -26,6 +25,7 @@ from bots.terminal import (
     run_ask,
     run_chat,
 )
+from bots.settings import Settings, SettingsError
 
 
 def ask_command(args: argparse.Namespace) -> int:

@@ -19,8 +19,8 @@ from bots.cli.platforms import (
     serve_command,
 )
 from bots.platform import DEFAULT_HTTP_PORT
+from bots.platforms.terminal.surface import DEFAULT_CONVERSATION
 from bots.serve import SHUTDOWN_GRACE_S
-from bots.terminal import DEFAULT_CONVERSATION
 
 # What `add_subparsers` returns, each command's parser added to it.
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

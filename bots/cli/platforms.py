@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 
 from bots.cli.common import fail, settings_from, start_logging
-from bots.discord_platform import DiscordCheckError, application_id, invite_url
 from bots.platform import Platform, ServeOptions
+from bots.platforms.discord.platform import DiscordCheckError, application_id, invite_url
+from bots.platforms.slack.manifest import manifest_json
 from bots.serve import PLATFORMS, configured_platforms, nothing_configured_text, serve
 from bots.settings import Settings, SettingsError
-from bots.slack.manifest import manifest_json
 
 
 def serve_command(args: argparse.Namespace) -> int:

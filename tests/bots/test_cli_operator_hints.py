@@ -10,8 +10,8 @@ from pydantic import SecretStr
 
 from bots.cli import main
 from bots.platform import ServeOptions
+from bots.platforms.slack.platform import SlackPlatform
 from bots.settings import SettingsError, load_settings
-from bots.slack_platform import SlackPlatform
 
 
 @pytest.fixture(autouse=True)

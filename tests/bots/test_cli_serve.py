@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bots.slack.manifest import BOT_SCOPES
+from bots.platforms.slack.manifest import BOT_SCOPES
 from tests.bots.test_cli import KEY, REPO, TIMEOUT_S, cli_env, teammate
 from tests.fakes.anthropic_server import FakeAnthropic, SSEReply, text_reply
 from tests.fakes.slack_server import FakeSlack

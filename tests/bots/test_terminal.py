@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from bots.app import open_app
-from bots.settings import load_settings
-from bots.surface import Notice, RunFinished, RunStarted
-from bots.terminal import (
+from bots.platforms.terminal.surface import (
     TERMINAL_RULES,
     StdinLines,
     TerminalSurface,
     TerminalSurfaces,
     run_chat,
 )
+from bots.settings import load_settings
+from bots.surface import Notice, RunFinished, RunStarted
 from core.events import MessageEnd, MessageUpdate, ToolExecutionEnd, ToolExecutionStart
 from core.messages import (
     AssistantMessage,
@@ -319,7 +319,7 @@ async def test_nothing_a_terminal_would_obey_reaches_it_from_a_tool_or_the_model
 
 
 def test_printable_keeps_text_newlines_and_tabs() -> None:
-    from bots.terminal_text import printable
+    from bots.platforms.terminal.text import printable
 
     assert printable("a\tb\nc — ü 日本") == "a\tb\nc — ü 日本"
     assert printable("x\x1b[31my\r") == "x[31my"

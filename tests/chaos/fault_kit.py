@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from bots.app import ModelFactory, open_store, toolset_factory
+from bots.platforms.slack.app import SLACK_RULES, SlackBot
 from bots.runner import ConversationRunner
 from bots.settings import Settings
-from bots.slack.app import SLACK_RULES, SlackBot
 from core.models.anthropic import RetryPolicy
 from storage.base import ConversationStore
 from storage.sqlite import SqliteStore

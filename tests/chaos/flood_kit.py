@@ -27,9 +27,9 @@ from typing import Any
 
 import aiohttp
 
+from bots.platforms.slack.app import SLACK_RULES, SlackBot
 from bots.runner import ConversationRunner
 from bots.settings import Settings
-from bots.slack.app import SLACK_RULES, SlackBot
 from core.messages import AssistantMessage, UserMessage
 from core.models.base import ModelRequest
 from core.models.scripted import Reply, ScriptedModel

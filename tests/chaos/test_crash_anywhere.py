@@ -7,7 +7,7 @@ here): on SQLite the final stream, the tool, the model request after it and the 
 answer being posted, in one rig. The ack-to-accept window has its own test
 (test_slack_ack_window.py), as has a Discord `/ask` killed after its defer
 (test_discord_ask_crash.py). Three PostgreSQL instances taking a killed one's conversation
-over are in CI as tests/bots/slack/test_e2e_scale_out.py (killed inside a tool call); this
+over are in CI as tests/bots/platforms/slack/test_e2e_scale_out.py (killed inside a tool call); this
 file's PostgreSQL run is opt-in (`TEAMMATE_CHAOS_LONG=1`), like the benchmark.
 """
 

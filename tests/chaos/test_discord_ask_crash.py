@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.bots.discord.test_cli_discord import discord_env, read_until
+from tests.bots.platforms.discord.test_cli_discord import discord_env, read_until
 from tests.bots.test_cli import TIMEOUT_S
 from tests.bots.test_cli_serve import start_serve, stop_serve
 from tests.fakes.discord_server import FakeDiscord, RecordedRequest

@@ -5,8 +5,8 @@ FakeDiscord: the answer appears exactly once when Discord recovers."""
 from __future__ import annotations
 
 from core.models.scripted import Reply
-from tests.bots.discord.conftest import fake_discord  # noqa: F401 (a fixture)
-from tests.bots.discord.test_bot_e2e import (  # noqa: F401 (fixtures)
+from tests.bots.platforms.discord.conftest import fake_discord  # noqa: F401 (a fixture)
+from tests.bots.platforms.discord.test_bot_e2e import (  # noqa: F401 (fixtures)
     Teammate,
     discord_settings,
     teammate,

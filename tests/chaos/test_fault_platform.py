@@ -1,7 +1,7 @@
 """Platform outage (issue 13): Slack's Web API answers 429 or 500 for a while, or for good,
 and its Socket Mode connection drops mid-answer. The final answer is delivered exactly once
 when Slack recovers, or reported in the log as undeliverable, never posted twice; a
-disconnect loses nothing. (Discord's gateway reconnect mid-run: tests/bots/discord/
+disconnect loses nothing. (Discord's gateway reconnect mid-run: tests/bots/platforms/discord/
 test_bot_e2e.py, `test_a_gateway_reconnect_during_a_run_loses_nothing`.)"""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, ToolContext, ToolResult
-from tests.bots.slack.e2e_harness import message_event, running
+from tests.bots.platforms.slack.e2e_harness import message_event, running
 from tests.chaos.fault_kit import LogCapture, fake_anthropic, fake_slack, slack_app
 from tests.chaos.test_fault_disk import captured_logs
 from tests.fakes.anthropic_server import text_reply

@@ -15,9 +15,9 @@ from bots.settings import ChannelConfig, Settings
 from core.messages import Text, ToolCall, ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel
 from core.tools import AnyTool
-from tests.bots.slack.conftest import fake_slack  # noqa: F401 - the fixture, for these tests
-from tests.bots.slack.e2e_harness import ALICE
-from tests.bots.slack.test_commands import running
+from tests.bots.platforms.slack.conftest import fake_slack  # noqa: F401 - the fixture, for these tests
+from tests.bots.platforms.slack.e2e_harness import ALICE
+from tests.bots.platforms.slack.test_commands import running
 from tests.fakes.slack_server import FakeSlack
 from tests.tools.mcp.conftest import REPO, START_GUARD_S, stdio_command
 from tools.files import LsTool, ReadTool

@@ -1,0 +1,108 @@
+"""How a run looks on Discord (docs/architecture.md, "The contracts": Surface).
+
+Owns: `DiscordSurfaces` (the factory that reports on an earlier run after a restart) and the
+names the bot and tests use; `DiscordSurface`, its lifecycle a state machine (`Stage`, drawn in
+its docstring), is in `surface_run`. Its parts: the messages it posts and edits
+(`surface_posted`), an answer's text as messages (`surface_parts`), the tool embeds and one-line
+texts (`surface_lines`), notices (`surface_notices`), what a restart finds of an earlier
+process's answer (`surface_recovery`). A run shows as:
+- a head message, posted at `run_started` ("Working…" with a Stop button whose persistent
+  custom id carries the run), or the interaction's own response for `/ask`;
+- the answer streamed into the head and the messages after it, edited at most about once a
+  second (`bots.throttle`), split at Discord's 2,000 characters on paragraph or code-fence
+  boundaries with fences balanced (`bots.markdown_split`); a reply that calls tools with no
+  text (the 5.5 models) shows its thinking there instead, once it ends (`bots.narration`);
+- one compact embed per tool call (label, green or red, duration, arguments and output cut
+  short); output too long for an embed is attached as a file, which the client folds;
+- at the end the Stop button goes, 👍/👎 buttons join the last message of the answer, and an
+  error is one short line.
+Nothing mentions anyone unless it is a note addressed to one person. A typing indicator runs
+while the run works.
+
+Interaction tokens live 15 minutes: the head of an `/ask` is edited through the token only
+while it is valid (`TOKEN_LIFE_S`, with a margin); after that, or when Discord refuses the
+token, what the head would have shown is posted with the bot token instead, never lost.
+Private notices go ephemeral through a live interaction, else are addressed to the person.
+
+Recovery (docs/architecture.md, "Crash recovery"): the `ref` names the messages showing the
+latest stretch of answer text (`parts`, at most `MAX_PARTS_PER_BLOCK`), stored (`Checkpointed`)
+as each is posted, whether its overflow file is attached, and the newest message posted when
+it was stored (`after`). A surface made from a ref after a crash edits those parts in place,
+deletes any the answer no longer needs, and adopts a part or file posted in the instant before
+it could be stored (one read of the bot's own messages after `after`): nothing is posted twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import discord
+
+from bots.platforms.discord.surface_lines import MAX_UPLOAD_BYTES
+from bots.platforms.discord.surface_parts import (
+    MAX_PARTS_PER_BLOCK,
+    MESSAGE_LIMIT,
+    OVERFLOW_FILE,
+    OVERFLOW_TEXT,
+)
+from bots.platforms.discord.surface_recovery import Recovered, recovered_from_ref, ref_int
+from bots.platforms.discord.surface_run import (
+    EDIT_INTERVAL_S,
+    PLATFORM,
+    TOKEN_LIFE_S,
+    WORKING_TEXT,
+    DiscordSurface,
+    Stage,
+)
+from bots.surface import Surface
+
+__all__ = [
+    "EDIT_INTERVAL_S",
+    "MAX_PARTS_PER_BLOCK",
+    "MAX_UPLOAD_BYTES",
+    "MESSAGE_LIMIT",
+    "OVERFLOW_FILE",
+    "OVERFLOW_TEXT",
+    "PLATFORM",
+    "TOKEN_LIFE_S",
+    "WORKING_TEXT",
+    "DiscordSurface",
+    "DiscordSurfaces",
+    "Recovered",
+    "Stage",
+]
+
+
+class DiscordSurfaces:
+    """Surfaces for earlier Discord runs, from their stored `ref` (recovery after a restart).
+
+    The runner is made before the bot that needs it, so the bot `attach`es itself; until then
+    (and for refs of other platforms) there is no surface. Call the runner's `recover()` once
+    the bot has logged in: a surface posts through the bot's connection."""
+
+    def __init__(self, client: discord.Client | None = None) -> None:
+        self._client = client
+
+    def attach(self, client: discord.Client) -> None:
+        self._client = client
+
+    def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> Surface | None:
+        if ref.get("platform") != PLATFORM or self._client is None:
+            return None
+        channel_id = ref_int(ref.get("channel_id"))
+        if channel_id is None:
+            return None
+        head_id = ref_int(ref.get("head_id"))
+        head_channel_id = ref_int(ref.get("head_channel_id"))
+        user = self._client.user
+        return DiscordSurface(
+            self._client.get_partial_messageable(channel_id),
+            channel_id=channel_id,
+            conversation_channel_id=conversation_key.rsplit(":", 1)[-1],
+            head_id=head_id,
+            head_channel=self._client.get_partial_messageable(head_channel_id)
+            if head_channel_id is not None
+            else None,
+            recovered=recovered_from_ref(ref),
+            own_id=user.id if user is not None else None,
+        )

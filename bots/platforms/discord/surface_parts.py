@@ -1,0 +1,66 @@
+"""An answer's text as Discord messages (part of `bots.platforms.discord.surface`).
+
+Owns: `Block` (one stretch of answer text between tool calls and the messages showing it),
+`split_parts` (the messages a stretch shows as: split at Discord's 2,000 characters on
+paragraph or code-fence boundaries with fences balanced, at most `MAX_PARTS_PER_BLOCK`, the
+rest attached as `OVERFLOW_FILE`) and `continues` (whether a message found after a restart is an
+earlier state of a part). Pure: no IO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bots.markdown_split import split_markdown
+from bots.platforms.discord.surface_posted import Posted
+
+MESSAGE_LIMIT = 2_000
+MAX_PARTS_PER_BLOCK = 10  # more than this is attached as a file instead of a wall of messages
+OVERFLOW_FILE = "answer.md"
+OVERFLOW_TEXT = f"*(The rest of this answer is attached as `{OVERFLOW_FILE}` when it is complete.)*"
+
+
+@dataclass(slots=True)
+class Block:
+    """One stretch of answer text between tool calls, shown as one or more messages."""
+
+    text: str = ""
+    posted: list[Posted] = field(default_factory=list)
+    overflow_attached: bool = False
+
+
+def split_parts(text: str) -> tuple[list[str], bool]:
+    """The messages a stretch of answer text shows as, and whether it overflows: more than
+    `MAX_PARTS_PER_BLOCK` parts show as the first ones and a note that the rest is attached.
+
+    Called on every update of a stream, so only the text those parts can hold is split (a
+    model's longest answer, split whole, holds the event loop for tens of milliseconds). Every
+    part of a prefix's split but the last is the text's own (the split is greedy, front to
+    back), so if a prefix of one part more than fits splits into more parts than are shown,
+    those are the text's first parts; if it does not (blank lines dropped between parts), the
+    text is split whole."""
+    if not text.strip():
+        return [], False
+    prefix = text[: (MAX_PARTS_PER_BLOCK + 1) * MESSAGE_LIMIT]
+    parts = split_markdown(prefix, MESSAGE_LIMIT)
+    if len(parts) <= MAX_PARTS_PER_BLOCK and len(prefix) < len(text):
+        parts = split_markdown(text, MESSAGE_LIMIT)
+    if len(parts) > MAX_PARTS_PER_BLOCK:
+        return [*parts[: MAX_PARTS_PER_BLOCK - 1], OVERFLOW_TEXT], True
+    return parts, False
+
+
+def continues(shown: str, part: str) -> bool:
+    """Could a message showing `shown` be an earlier state of `part` (the same place in a
+    streamed answer: one is a prefix of the other, a fence closed at the end aside)?"""
+    shown, part = _unfenced_end(shown), _unfenced_end(part)
+    return bool(shown) and (part.startswith(shown) or shown.startswith(part))
+
+
+def _unfenced_end(text: str) -> str:
+    """`text` without trailing blanks and a closing fence line (added by a split)."""
+    text = text.rstrip()
+    head, _, last = text.rpartition("\n")
+    if head and last.strip() and set(last.strip()) <= {"`", "~"}:
+        return head.rstrip()
+    return text

@@ -1,0 +1,118 @@
+"""What an earlier process showed of a run on Discord (part of `bots.platforms.discord.surface`; see
+its "Recovery").
+
+Owns: `Recovered` (what a stored `ref` says was shown), reading it from a ref
+(`recovered_from_ref`, total over whatever the ref holds), and `adopt_shown_parts`: finding the
+messages an earlier process posted for a stretch of answer (the parts its ref names, then the
+bot's own messages after what the ref knew that read like the next part, or are the overflow
+file), so a restart edits them in place instead of posting them again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import discord
+
+from bots.platforms.discord.surface_parts import (
+    MAX_PARTS_PER_BLOCK,
+    OVERFLOW_FILE,
+    Block,
+    continues,
+    split_parts,
+)
+from bots.platforms.discord.surface_posted import BotMessage, Posted, partial_message
+
+log = logging.getLogger(__name__)
+
+LOOKUP_LIMIT = 50  # the bot's messages read after a crash to find an unrecorded part
+
+
+@dataclass(slots=True, frozen=True)
+class Recovered:
+    """What an earlier process's `ref` says it showed (see the module's "Recovery")."""
+
+    parts: tuple[int, ...] = ()  # the latest stretch of answer text, in order
+    after: int | None = None  # the newest message it had posted when the ref was stored
+    tools: int = 0  # tool calls it had shown (their embeds posted)
+    head_text: bool = False  # the head shows answer text (not the "working" status)
+    attached: bool = False  # the latest stretch's overflow file is posted
+
+
+def recovered_from_ref(ref: dict[str, Any]) -> Recovered:
+    raw_parts = ref.get("parts")
+    parts = raw_parts[:MAX_PARTS_PER_BLOCK] if isinstance(raw_parts, list) else []
+    tools = ref.get("tools")
+    return Recovered(
+        parts=tuple(part for part in map(ref_int, parts) if part is not None),
+        after=ref_int(ref.get("after")),
+        tools=tools if isinstance(tools, int) and 0 <= tools <= 1_000_000 else 0,
+        head_text=ref.get("head_text") is True,
+        attached=ref.get("attached") is True,
+    )
+
+
+def ref_int(value: object) -> int | None:
+    """A snowflake as a ref stores it (a string of digits), else None."""
+    return int(value) if isinstance(value, str) and value.isdigit() and len(value) <= 20 else None
+
+
+async def adopt_shown_parts(
+    block: Block,
+    recovered: Recovered,
+    *,
+    channel: discord.abc.Messageable,
+    head: Posted | None,
+    head_free: bool,
+    own_id: int | None,
+) -> None:
+    """Find what an earlier process showed of `block` (a restart's report): the parts its
+    ref names (or the head, when `head_free`: nothing else showed text in it), then any of the
+    bot's own messages after what the ref knew that reads like the next part, or is the
+    overflow file (posted in the instant before it could be stored). They are edited in
+    place, never posted again."""
+    for part_id in recovered.parts[:MAX_PARTS_PER_BLOCK]:
+        if head is not None and part_id == head.id:
+            block.posted.append(head)
+        else:
+            block.posted.append(BotMessage(partial_message(channel, part_id), ""))
+    if not block.posted and head_free:
+        assert head is not None
+        block.posted.append(head)
+    block.overflow_attached = recovered.attached
+    expected, overflows = split_parts(block.text)
+    missing = len(block.posted) < len(expected) or (overflows and not block.overflow_attached)
+    known = [*recovered.parts, *([head.id] if head is not None else [])]
+    anchor = max(recovered.after or 0, *known, 0)
+    if not missing or not anchor or own_id is None:
+        return
+    for message in await _own_messages_after(channel, own_id, anchor):
+        if message.embeds:
+            continue
+        if any(attached.filename == OVERFLOW_FILE for attached in message.attachments):
+            block.overflow_attached = overflows
+        elif (
+            message.content
+            and not message.attachments
+            and len(block.posted) < len(expected)
+            and continues(message.content, expected[len(block.posted)])
+        ):
+            block.posted.append(BotMessage(message, message.content))
+
+
+async def _own_messages_after(
+    channel: discord.abc.Messageable, own_id: int, anchor: int
+) -> list[discord.Message]:
+    """The bot's own messages after `anchor`, oldest first (one read, bounded)."""
+    found: list[discord.Message] = []
+    try:
+        async for message in channel.history(
+            limit=LOOKUP_LIMIT, after=discord.Object(id=anchor), oldest_first=True
+        ):
+            if message.id > anchor and message.author.id == own_id:
+                found.append(message)
+    except discord.HTTPException:
+        log.warning("could not read the channel to find an answer's parts; posting them")
+    return sorted(found, key=lambda message: message.id)

@@ -1,0 +1,1 @@
+"""The terminal: `teammate ask` and `teammate chat`, a platform without a server."""
