@@ -51,7 +51,7 @@ from pydantic import BaseModel
 from bots.incoming import Incoming
 from bots.runner import ConversationRunner
 from bots.settings import Settings
-from bots.surface import SurfaceEvent
+from bots.surface.contract import SurfaceEvent
 from core.history import repair_history
 from core.loop import AgentContext, LoopConfig, RunControl, run_agent
 from core.messages import AssistantMessage, Author, Message, ToolResultMessage, UserMessage

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from bots.app import ModelFactory
-from bots.channel_tools import channel_tools_factory
-from bots.memory import ChannelMemory
+from bots.features.channel_tools import channel_tools_factory
+from bots.features.memory import ChannelMemory
 from bots.runner import ConversationRunner
 from bots.settings import ChannelConfig, Settings
 from storage.sqlite import SqliteStore

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
-from bots.channel_tools import channel_tools_factory
 from bots.errors import install_redaction
-from bots.memory import ChannelMemory
+from bots.features.channel_tools import channel_tools_factory
+from bots.features.memory import ChannelMemory
+from bots.features.scheduler import Scheduler
+from bots.features.schedules import Schedules
 from bots.prompt import PlatformRules
 from bots.runner import ConversationRunner
-from bots.scheduler import Scheduler
-from bots.schedules import Schedules
 from bots.settings import Settings, SettingsError
-from bots.surface import SurfaceFactory
+from bots.surface.contract import SurfaceFactory
 from core.models.base import Model
 from core.models.catalog import LOCAL_MODELS, create_model
 from core.tools import AnyTool

@@ -22,7 +22,7 @@ from typing import Any
 
 from bots.incoming import Attachment, Incoming
 from bots.prompt import attributed_text
-from bots.surface import FileOut
+from bots.surface.contract import FileOut
 from bots.workspaces import UNSAFE
 from core.messages import Image, Text, ToolResultMessage, UserMessage
 from core.tools import ToolError

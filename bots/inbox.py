@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bots.surface import SurfaceEvent
-from bots.surface_feed import SurfaceFeed
+from bots.surface.contract import SurfaceEvent
+from bots.surface.feed import SurfaceFeed
 from core.loop import RunControl
 from core.messages import Author, UserMessage
 from storage.base import Conversation, InboxItem

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
 from bots.settings import Settings
-from bots.surface import SurfaceFactory
+from bots.surface.contract import SurfaceFactory
 
 if TYPE_CHECKING:
+    from bots.features.scheduler import StartedThread
     from bots.runner import ConversationRunner
-    from bots.scheduler import StartedThread
 
 DEFAULT_HTTP_PORT = 3000
 
@@ -101,7 +101,7 @@ class Platform(Protocol):
         ...
 
     async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
-        """Scheduled work (`bots.scheduler.ThreadStarter`): post `text` in the channel and
+        """Scheduled work (`bots.features.scheduler.ThreadStarter`): post `text` in the channel and
         open its thread."""
         ...
 

@@ -25,7 +25,7 @@ from bots.platform import Platform, PlatformStartError, ServeOptions
 from bots.platforms.discord.platform import DiscordPlatform
 from bots.platforms.slack.platform import SlackPlatform
 from bots.settings import Settings, SettingsError
-from bots.surface import Surface, SurfaceFactory
+from bots.surface.contract import Surface, SurfaceFactory
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ async def serve(
                 # Recovery once every platform has started: interrupted runs are reported
                 # where they were shown, on whichever platform that was.
                 await app.runner.recover()
-                # Scheduled work, posted to whichever platforms run here (bots.scheduler).
+                # Scheduled work, posted to whichever platforms run here (bots.features.scheduler).
                 if app.scheduler is not None:
                     for each in running:
                         app.scheduler.add_platform(each.name, each)

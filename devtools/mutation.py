@@ -62,7 +62,7 @@ DEFAULT_PATTERNS = (
     "bots/runner_*.py",
     "bots/runner/*.py",
     "bots/inbox.py",
-    "bots/surface_feed.py",
+    "bots/surface/feed.py",
     "storage/sqlite.py",
     "storage/sqlite_*.py",
     "storage/rows.py",  # rows to records, shared by both backends (was storage/sqlite_rows.py)

@@ -23,7 +23,7 @@ from bots.runner.recovery import Recovery
 from bots.runner.run import Runs
 from bots.runner.shared import Shared, StopResult, SubmitResult, acknowledge
 from bots.runner.texts import QUEUED_TEXT
-from bots.surface import Notice, Surface
+from bots.surface.contract import Notice, Surface
 from storage.base import Accepted
 
 __all__ = ["Drivers"]

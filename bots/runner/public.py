@@ -45,7 +45,7 @@ from bots.runner.run import Runs, ToolsetFactory
 from bots.runner.service import ConversationService
 from bots.runner.shared import Shared, StopResult, SubmitResult
 from bots.settings import Settings
-from bots.surface import Notice, Surface, SurfaceFactory
+from bots.surface.contract import Notice, Surface, SurfaceFactory
 from core.messages import Author, Usage
 from core.models.base import Model
 from core.tools import AnyTool

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from bots.inbox import ConversationState
 from bots.recovery import INTERRUPTED_TEXT, owner_alive
 from bots.runner.shared import FINAL_SHOWN_WAIT_S, Shared
-from bots.surface import RunFinished
+from bots.surface.contract import RunFinished
 from core.history import interrupted_result, unanswered_tool_calls
 from core.messages import AssistantMessage, Message
 from storage.base import RunOutcome, RunRecord

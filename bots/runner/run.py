@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from bots import compaction
 from bots.attachments import files_out
 from bots.budgets import budget_refusal
-from bots.channel_config import keeps_tool
 from bots.errors import (
     describe_model_error,
     is_storage_failure,
@@ -32,8 +31,9 @@ from bots.errors import (
     storage_failure_text,
     unexpected_failure_text,
 )
+from bots.features.channel_config import keeps_tool
+from bots.features.memory import memory_block
 from bots.inbox import ConversationState, Queued, RunState, Unseen
-from bots.memory import memory_block
 from bots.prompt import (
     PlatformRules,
     channel_context_note,
@@ -50,7 +50,7 @@ from bots.runner.texts import (
     SUMMARISING_TEXT,
 )
 from bots.settings import ChannelConfig
-from bots.surface import Notice, RunFinished, RunStarted
+from bots.surface.contract import Notice, RunFinished, RunStarted
 from core.events import AgentEnd, MessageEnd, ToolExecutionEnd
 from core.loop import AgentContext, LoopConfig, RunControl, run_agent
 from core.messages import AssistantMessage, Message, ToolResultMessage, Usage

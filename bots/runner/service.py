@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bots.channel_config import ChannelConfigs
-from bots.memory import ChannelMemory
+from bots.features.channel_config import ChannelConfigs
+from bots.features.memory import ChannelMemory
 from bots.settings import MemorySettings, Settings
 from storage.base import ConversationStore, FeedbackTally, UsageSummary, Vote
 

@@ -18,8 +18,8 @@ from typing import Any, Literal, TypeAlias
 
 from bots.inbox import ConversationState, Queued
 from bots.settings import Settings
-from bots.surface import Notice, Surface, SurfaceFactory
-from bots.surface_feed import SurfaceFeed
+from bots.surface.contract import Notice, Surface, SurfaceFactory
+from bots.surface.feed import SurfaceFeed
 from bots.workspaces import Workspaces
 from storage.base import ConversationStore, InstanceCoordination
 

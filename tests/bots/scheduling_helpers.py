@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bots.channel_tools import channel_tools_factory
-from bots.memory import ChannelMemory
+from bots.features.channel_tools import channel_tools_factory
+from bots.features.memory import ChannelMemory
+from bots.features.scheduler import Scheduler, StartedThread
+from bots.features.schedules import Schedules
 from bots.runner import ConversationRunner
-from bots.scheduler import Scheduler, StartedThread
-from bots.schedules import Schedules
 from bots.settings import Settings
 from core.models.scripted import ScriptedModel
 from storage.base import ConversationStore

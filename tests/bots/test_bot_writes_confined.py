@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bots.incoming import Attachment
-from bots.surface import FileOut, SurfaceEvent
+from bots.surface.contract import FileOut, SurfaceEvent
 from bots.workspaces import workspace_name
 from core.messages import UserMessage
 from core.models.scripted import Reply, ScriptedModel, call

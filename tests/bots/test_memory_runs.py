@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from bots.app import ModelFactory
-from bots.channel_tools import channel_tools_factory
-from bots.memory import MEMORY_OPEN, ChannelMemory
+from bots.features.channel_tools import channel_tools_factory
+from bots.features.memory import MEMORY_OPEN, ChannelMemory
 from bots.runner import ConversationRunner
 from bots.settings import MemorySettings, Settings
 from core.messages import ToolResultMessage

@@ -1,9 +1,9 @@
-"""The narration rule every surface follows (bots/narration.py): a reply calling tools shows
+"""The narration rule every surface follows (bots/surface/narration.py): a reply calling tools shows
 its text, else its thinking (stripped, bounded); a final answer never shows its thinking."""
 
 from __future__ import annotations
 
-from bots.narration import NARRATION_CHARS, thinking_narration, visible_text
+from bots.surface.narration import NARRATION_CHARS, thinking_narration, visible_text
 from core.messages import (
     AssistantContent,
     AssistantMessage,

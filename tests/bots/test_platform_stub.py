@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 import pytest
 
+from bots.features.scheduler import StartedThread
 from bots.incoming import Incoming
 from bots.platform import Report, ServeOptions
 from bots.runner import ConversationRunner
-from bots.scheduler import StartedThread
 from bots.serve import PLATFORMS, serve
 from bots.settings import Settings
-from bots.surface import RunFinished, SurfaceEvent
+from bots.surface.contract import RunFinished, SurfaceEvent
 from core.messages import Author
 
 TIMEOUT_S = 30.0

@@ -14,7 +14,7 @@ from typing import Any
 
 from bots.incoming import BackfillMessage
 from bots.settings import CompactionSettings
-from bots.surface import RunFinished, RunStarted, SurfaceEvent
+from bots.surface.contract import RunFinished, RunStarted, SurfaceEvent
 from core.history import repair_history
 from core.messages import AssistantMessage, Message, Text, ToolCall, ToolResultMessage, UserMessage
 from core.models.base import ModelInfo, ModelRequest, Prices, StreamEnd, StreamEvent, StreamStart

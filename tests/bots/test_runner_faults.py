@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bots.errors import is_storage_failure, storage_failure_text
-from bots.surface import Notice, SurfaceEvent
+from bots.surface.contract import Notice, SurfaceEvent
 from core.messages import Message, UserMessage
 from core.models.scripted import Reply, ScriptedModel
 from storage.sqlite import SqliteStore

@@ -25,7 +25,7 @@ from bots.incoming import Incoming
 from bots.recovery import INTERRUPTED_TEXT
 from bots.runner import DELIVERED_TEXT, QUEUED_TEXT, ConversationRunner
 from bots.settings import BudgetSettings, ChannelSettings, CompactionSettings, Settings
-from bots.surface import RunStarted
+from bots.surface.contract import RunStarted
 from core.messages import (
     AssistantMessage,
     Author,

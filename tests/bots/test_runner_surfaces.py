@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from bots.incoming import Incoming
 from bots.runner import ConversationRunner
-from bots.surface import FileOut, SurfaceEvent
+from bots.surface.contract import FileOut, SurfaceEvent
 from core.messages import UserMessage
 from core.models.scripted import Reply, ScriptedModel, call
 from core.tools import AgentTool, ToolContext, ToolResult

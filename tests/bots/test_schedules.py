@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bots.channel_config import ChannelConfigs, ConfigChange
-from bots.runner import ConversationRunner
-from bots.scheduler import (
+from bots.features.channel_config import ChannelConfigs, ConfigChange
+from bots.features.scheduler import (
     HEADER_PROMPT_CHARS,
     MAX_START_ATTEMPTS,
     RETRY_AFTER_S,
@@ -22,13 +21,14 @@ from bots.scheduler import (
     header_text,
     run_text,
 )
-from bots.schedules import (
+from bots.features.schedules import (
     NewSchedule,
     ScheduleRefused,
     check_cron,
     next_cron_run,
     parse_local_time,
 )
+from bots.runner import ConversationRunner
 from core.messages import ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel, call
 from storage.base import Schedule

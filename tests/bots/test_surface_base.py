@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from bots.surface import FileOut, Notice, RunFinished, RunStarted, SurfaceEvent
-from bots.surface_base import OUTCOME_MARK, SurfaceBase, outcome_line
+from bots.surface.base import OUTCOME_MARK, SurfaceBase, outcome_line
+from bots.surface.contract import FileOut, Notice, RunFinished, RunStarted, SurfaceEvent
 from core.events import (
     AgentEnd,
     AgentStart,

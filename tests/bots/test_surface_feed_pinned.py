@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bots.surface import Notice, RunStarted, SurfaceEvent
-from bots.surface_feed import SurfaceFeed
+from bots.surface.contract import Notice, RunStarted, SurfaceEvent
+from bots.surface.feed import SurfaceFeed
 from tests.fakes.recording_surface import RecordingSurface
 
 Moved = list[tuple[int, dict[str, Any]]]

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from bots.markdown_split import split_markdown
-from bots.throttle import Throttle
+from bots.surface.markdown_split import split_markdown
+from bots.surface.throttle import Throttle
 
 
 def fences_balanced(part: str) -> bool:

@@ -18,7 +18,7 @@ from bots.platforms.terminal.surface import (
     run_chat,
 )
 from bots.settings import load_settings
-from bots.surface import Notice, RunFinished, RunStarted
+from bots.surface.contract import Notice, RunFinished, RunStarted
 from core.events import MessageEnd, MessageUpdate, ToolExecutionEnd, ToolExecutionStart
 from core.messages import (
     AssistantMessage,

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bots.markdown_split import split_markdown
 from bots.platforms.discord.events import Ignored as DiscordIgnored
 from bots.platforms.discord.events import parse_message
 from bots.platforms.slack.events import Ignored as SlackIgnored
 from bots.platforms.slack.events import parse_event
 from bots.settings import Settings, SettingsError, load_settings
+from bots.surface.markdown_split import split_markdown
 from tests.bots.platforms.discord.test_events import json_like as discord_json
 from tests.bots.platforms.slack.test_events import json_like as slack_json
 

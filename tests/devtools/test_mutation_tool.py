@@ -48,7 +48,7 @@ def test_the_default_set_is_whatever_exists_of_the_core_modules(tmp_path: Path) 
         "bots/runner/__init__.py",
         "bots/runner/budgets.py",
         "bots/inbox.py",
-        "bots/surface_feed.py",
+        "bots/surface/feed.py",
         "bots/settings.py",
     ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +58,7 @@ def test_the_default_set_is_whatever_exists_of_the_core_modules(tmp_path: Path) 
         "core/history.py",
         "bots/runner/budgets.py",
         "bots/inbox.py",
-        "bots/surface_feed.py",
+        "bots/surface/feed.py",
         "storage/sqlite.py",
         "storage/sqlite_ops.py",
         "storage/rows.py",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bots.surface import Notice, RunFinished, SurfaceEvent
+from bots.surface.contract import Notice, RunFinished, SurfaceEvent
 from core.events import ToolExecutionStart
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bots.scheduler import RETRY_AFTER_S, START_TIMEOUT_S, Scheduler, StartedThread
-from bots.schedules import NewSchedule
+from bots.features.scheduler import RETRY_AFTER_S, START_TIMEOUT_S, Scheduler, StartedThread
+from bots.features.schedules import NewSchedule
 from core.models.scripted import Reply, ScriptedModel
 from storage.base import ConversationStore
 from tests.bots.scheduling_helpers import RecordingStarter, Wired, wire

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bots.schedules import NewSchedule
+from bots.features.schedules import NewSchedule
 from core.models.scripted import Reply, ScriptedModel
 from tests.bots.scheduling_helpers import wire
 from tests.storage.conftest import Backend, FakeClock

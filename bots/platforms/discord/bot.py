@@ -25,9 +25,10 @@ from typing import Any
 import discord
 from discord.ext import commands
 
-from bots.clicks import FEEDBACK_TEXT
-from bots.commands import ChannelCommands
 from bots.delivery_dedup import DeliveryDedup
+from bots.features.clicks import FEEDBACK_TEXT
+from bots.features.commands import ChannelCommands
+from bots.features.scheduler import SCHEDULED_BY, StartedThread
 from bots.journal import EventJournal
 from bots.known_threads import KnownConversations
 from bots.platforms.discord.ask_cog import ASK_JOURNAL_DIR, AskCog
@@ -39,7 +40,6 @@ from bots.platforms.discord.messages_cog import MessagesCog
 from bots.platforms.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
 from bots.platforms.discord.threads import NO_THREADS_TEXT, channel_title, thread_from
 from bots.runner import ConversationRunner
-from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import DiscordSettings, Settings, SettingsError
 
 __all__ = [
@@ -198,7 +198,7 @@ class TeammateBot(commands.Bot):
         if not task.cancelled() and task.exception() is not None:
             log.error("handling a Discord message failed", exc_info=task.exception())
 
-    # -- scheduled work (bots.scheduler.ThreadStarter) ----------------------------------------
+    # -- scheduled work (bots.features.scheduler.ThreadStarter) -----------------------------
 
     async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
         """A new message in the channel, attributed to `for_user` (the only one it may ping),

@@ -2,11 +2,11 @@
 
 Owns: `ButtonsCog`, which registers the persistent buttons (`bots.platforms.discord.buttons`, so a
 press on an answer from before a restart is understood) and handles a press: the translated
-interaction, the access check, then the shared checks of `bots.clicks` (a Stop button names
+interaction, the access check, then the shared checks of `bots.features.clicks` (a Stop button names
 its conversation's thread: trusted only once the store says it is of the channel pressed in),
 and the private answer Discord needs for every press.
 
-Must not: stop or count anything but through `bots.clicks`, or touch storage or tools.
+Must not: stop or count anything but through `bots.features.clicks`, or touch storage or tools.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import discord
 from discord.ext import commands
 
-from bots.clicks import (
+from bots.features.clicks import (
     FEEDBACK_TEXT,
     STALE_STOP_TEXT,
     UNKNOWN_RUN_TEXT,
@@ -25,7 +25,7 @@ from bots.clicks import (
     feedback_click,
     stop_click,
 )
-from bots.commands import STOPPED_TEXT
+from bots.features.commands import STOPPED_TEXT
 from bots.platforms.discord.buttons import BUTTONS_COG, DYNAMIC_ITEMS
 from bots.platforms.discord.events import ButtonPress, parse_interaction
 from bots.platforms.discord.payloads import interaction_payload

@@ -2,12 +2,12 @@
 `/teammate config` and `/teammate memory`.
 
 Owns: `CommandsCog` (the commands and their options, as Discord shows them), reading an
-interaction into a `bots.commands.CommandPlace` and the command's arguments, Discord's
+interaction into a `bots.features.commands.CommandPlace` and the command's arguments, Discord's
 `Markup`, and the private (ephemeral) answer. What each command does and says is
-`bots.commands`: used in a thread or a DM it acts on that conversation, used in a channel on
-the channel's conversations.
+`bots.features.commands`: used in a thread or a DM it acts on that conversation, used in a channel
+on the channel's conversations.
 
-Must not: act on the runner itself (`bots.commands` does), or touch storage or tools.
+Must not: act on the runner itself (`bots.features.commands` does), or touch storage or tools.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import discord
 from discord import app_commands
 from discord.ext import commands
 
-from bots.channel_config import ConfigChange
-from bots.commands import CommandPlace, Markup
-from bots.memory import MemoryCommand
+from bots.features.channel_config import ConfigChange
+from bots.features.commands import CommandPlace, Markup
+from bots.features.memory import MemoryCommand
 from bots.platforms.discord.access import ADMIN_TEXT, is_admin
 from bots.platforms.discord.ask_cog import UNREADABLE_COMMAND_TEXT
 from bots.platforms.discord.events import (

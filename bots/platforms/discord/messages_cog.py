@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import discord
 from discord.ext import commands
 
-from bots.commands import CommandPlace
+from bots.features.commands import CommandPlace
 from bots.incoming import Attachment, BackfillMessage
 from bots.platforms.discord.access import is_admin
 from bots.platforms.discord.events import (

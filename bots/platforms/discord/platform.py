@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import aiohttp
 
+from bots.features.scheduler import StartedThread
 from bots.platform import PlatformStartError, Report, ServeOptions
 from bots.runner import ConversationRunner
-from bots.scheduler import StartedThread
 from bots.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ class DiscordPlatform:
         return f"Discord: connected as @{self.identity.name}, {intent_mode(self.settings)}."
 
     async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
-        """Scheduled work (`bots.scheduler.ThreadStarter`), through the running bot."""
+        """Scheduled work (`bots.features.scheduler.ThreadStarter`), through the running bot."""
         if self._bot is None:
             raise RuntimeError("Discord is not connected")
         started: StartedThread = await self._bot.start_thread(channel_key, text, for_user=for_user)

@@ -9,9 +9,9 @@ process's answer (`surface_recovery`). A run shows as:
 - a head message, posted at `run_started` ("Working…" with a Stop button whose persistent
   custom id carries the run), or the interaction's own response for `/ask`;
 - the answer streamed into the head and the messages after it, edited at most about once a
-  second (`bots.throttle`), split at Discord's 2,000 characters on paragraph or code-fence
-  boundaries with fences balanced (`bots.markdown_split`); a reply that calls tools with no
-  text (the 5.5 models) shows its thinking there instead, once it ends (`bots.narration`);
+  second (`bots.surface.throttle`), split at Discord's 2,000 characters on paragraph or code-fence
+  boundaries with fences balanced (`bots.surface.markdown_split`); a reply that calls tools with no
+  text (the 5.5 models) shows its thinking there instead, once it ends (`bots.surface.narration`);
 - one compact embed per tool call (label, green or red, duration, arguments and output cut
   short); output too long for an embed is attached as a file, which the client folds;
 - at the end the Stop button goes, 👍/👎 buttons join the last message of the answer, and an
@@ -54,7 +54,7 @@ from bots.platforms.discord.surface_run import (
     DiscordSurface,
     Stage,
 )
-from bots.surface import Surface
+from bots.surface.contract import Surface
 
 __all__ = [
     "EDIT_INTERVAL_S",

@@ -4,7 +4,7 @@ Owns: the tool call's embed (grey while it runs; green or red with its duration,
 and output cut short when it ends, output too long for an embed attached as a file), the
 lines for a notice, the head's one-line summary at the end, the error line and a file too
 large to attach. Marks and words for how a run ended are the shared ones
-(`bots.surface_base`), so an answer ends the same way on every platform. Pure: no IO.
+(`bots.surface.base`), so an answer ends the same way on every platform. Pure: no IO.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import discord
 
 from bots.platforms.discord.surface_parts import MESSAGE_LIMIT
-from bots.surface import FileOut, Notice, RunFinished
-from bots.surface_base import NOTICE_MARK, OUTCOME_MARK, OUTCOME_WORD
+from bots.surface.base import NOTICE_MARK, OUTCOME_MARK, OUTCOME_WORD
+from bots.surface.contract import FileOut, Notice, RunFinished
 from core.events import ToolExecutionEnd, ToolExecutionStart
 
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # under Discord's default 10 MiB per upload

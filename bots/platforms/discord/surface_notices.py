@@ -17,7 +17,7 @@ from bots.platforms.discord.surface_lines import cut, notice_line
 from bots.platforms.discord.surface_parts import MESSAGE_LIMIT
 from bots.platforms.discord.surface_posted import NO_MENTIONS, Poster, token_refused
 from bots.runner import DELIVERED_TEXT, QUEUED_TEXT
-from bots.surface import Notice
+from bots.surface.contract import Notice
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bots.markdown_split import split_markdown
 from bots.platforms.discord.surface_posted import Posted
+from bots.surface.markdown_split import split_markdown
 
 MESSAGE_LIMIT = 2_000
 MAX_PARTS_PER_BLOCK = 10  # more than this is attached as a file instead of a wall of messages

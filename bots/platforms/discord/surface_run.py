@@ -2,7 +2,7 @@
 `bots.platforms.discord.surface`, whose docstring says how a run looks and how a restart finds it).
 
 Owns: the surface's state (its stage, the head, the answer's blocks, the tool embeds shown) and
-its hooks for the surface events (`bots.surface_base`). What it posts and edits, the answer's
+its hooks for the surface events (`bots.surface.base`). What it posts and edits, the answer's
 parts, the embeds and lines, notices and what a restart finds are in the `surface_*` modules
 beside it.
 """
@@ -19,7 +19,6 @@ from typing import Any
 
 import discord
 
-from bots.narration import visible_text
 from bots.platforms.discord.buttons import feedback_view, stop_view
 from bots.platforms.discord.surface_lines import (
     MAX_UPLOAD_BYTES,
@@ -45,9 +44,10 @@ from bots.platforms.discord.surface_posted import (
     partial_message,
 )
 from bots.platforms.discord.surface_recovery import Recovered, adopt_shown_parts
-from bots.surface import FileOut, Notice, RunFinished, RunStarted
-from bots.surface_base import SurfaceBase
-from bots.throttle import Throttle
+from bots.surface.base import SurfaceBase
+from bots.surface.contract import FileOut, Notice, RunFinished, RunStarted
+from bots.surface.narration import visible_text
+from bots.surface.throttle import Throttle
 from core.events import ToolExecutionEnd, ToolExecutionStart
 from core.messages import AssistantMessage
 
@@ -200,7 +200,7 @@ class DiscordSurface(SurfaceBase):
         await self._throttle.close()
         await self._typing.stop()
 
-    # -- the hooks (bots.surface_base) -------------------------------------------------------
+    # -- the hooks (bots.surface.base) -------------------------------------------------------
 
     async def on_run_started(self, event: RunStarted) -> None:
         self._run_id = event.run_id

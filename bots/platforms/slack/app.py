@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from bots.features.scheduler import SCHEDULED_BY, StartedThread
 from bots.journal import EventJournal
 from bots.platforms.slack.events import SlackMessage
 from bots.platforms.slack.files import FileFetcher
@@ -36,7 +37,6 @@ from bots.platforms.slack.listeners import SlackIdentity, SlackListeners
 from bots.platforms.slack.surface import SlackFeatures, SlackSurface, SlackSurfaces, SurfaceOptions
 from bots.platforms.slack.users import UserNames
 from bots.runner import ConversationRunner
-from bots.scheduler import SCHEDULED_BY, StartedThread
 from bots.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
@@ -348,7 +348,7 @@ class AppSurfaces:
         return self._recovered.for_ref(conversation_key, ref)
 
     async def start_thread(self, channel_key: str, text: str, *, for_user: str) -> StartedThread:
-        """Scheduled work (`bots.scheduler.ThreadStarter`): a new top-level message in the
+        """Scheduled work (`bots.features.scheduler.ThreadStarter`): a new top-level message in the
         channel, attributed to `for_user`; the run is shown in its thread."""
         _platform, team_id, channel = channel_key.split(":", 2)
         # Escaped, so a prompt cannot mention @channel or anyone else.

@@ -2,8 +2,8 @@
 
 Owns: the action ids and values of the Stop and feedback buttons (and parsing them back), the
 in-progress message, the final answer's parts (standard Markdown in `markdown` blocks, split
-with `bots.markdown_split`), one legacy attachment per tool call, and the small context lines
-(usage; how the run ended is `bots.surface_base.outcome_line`, re-exported here, so it reads
+with `bots.surface.markdown_split`), one legacy attachment per tool call, and the small context
+lines (usage; how the run ended is `bots.surface.base.outcome_line`, re-exported here, so it reads
 as on every platform). No IO; `bots.platforms.slack.surface` decides what to send when.
 
 Slack's limits that shape this: a message's `text` truncates at
@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bots.markdown_split import split_markdown
-from bots.surface_base import outcome_line as outcome_line  # the marks every platform shows
+from bots.surface.base import outcome_line as outcome_line  # the marks every platform shows
+from bots.surface.markdown_split import split_markdown
 from core.messages import Usage
 
 STOP_ACTION_ID = "teammate_stop"

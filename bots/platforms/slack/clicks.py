@@ -2,12 +2,12 @@
 
 Owns: reading a block-actions payload (`parse_click`) and an `agent_session_stopped` envelope
 (`parse_native_stop`), and `SlackClicks`, which turns them into the shared checks of
-`bots.clicks` after Slack's own: the button's value, the thread it sits in (a Stop button can
-only stop a run of the thread it was clicked in), and the allow-lists (`bots.access`), with a
+`bots.features.clicks` after Slack's own: the button's value, the thread it sits in (a Stop button
+can only stop a run of the thread it was clicked in), and the allow-lists (`bots.access`), with a
 private note for a refusal or a stale Stop. A vote is shown by Slack's own feedback buttons,
 so it gets no note.
 
-Must not: stop or count anything but through `bots.clicks` and the runner, or write SQL.
+Must not: stop or count anything but through `bots.features.clicks` and the runner, or write SQL.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.access import access_refusal
-from bots.clicks import RunClick, feedback_click, stop_click
+from bots.features.clicks import RunClick, feedback_click, stop_click
 from bots.incoming import Incoming
 from bots.platforms.slack.blocks import parse_feedback_value, parse_stop_value
 from bots.platforms.slack.users import UserNames

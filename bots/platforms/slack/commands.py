@@ -1,10 +1,10 @@
 """The slash command (default `/teammate`): help, usage, stop, reset, memory, and config for
 admins, on Slack.
 
-Owns: reading the command's payload and text into a `bots.commands.CommandPlace` and the
+Owns: reading the command's payload and text into a `bots.features.commands.CommandPlace` and the
 subcommand's arguments (the help, and the notes on words it cannot read), Slack's `Markup`,
-and the ephemeral answers. What each subcommand does and says is `bots.commands`. Slack wants
-an acknowledgement within 3 s: an answer ready within `ANSWER_WITHIN_S` is the
+and the ephemeral answers. What each subcommand does and says is `bots.features.commands`. Slack
+wants an acknowledgement within 3 s: an answer ready within `ANSWER_WITHIN_S` is the
 acknowledgement itself; a slower one (resetting a channel with many threads) is acknowledged
 with "working on it" and sent later through the command's `response_url`.
 
@@ -12,7 +12,7 @@ Slash commands never arrive from inside a thread (Slack does not offer them ther
 subcommand acts on the channel: `stop` stops every answer in progress in it, `reset` makes
 Teammate forget its threads. In a thread, `@teammate stop` works instead.
 
-Must not: act on the store or the runner itself (`bots.commands` does), or write SQL.
+Must not: act on the store or the runner itself (`bots.features.commands` does), or write SQL.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.access import access_refusal
-from bots.channel_config import ConfigChange, allowed_tools
-from bots.commands import ChannelCommands, CommandPlace, Markup
+from bots.features.channel_config import ConfigChange, allowed_tools
+from bots.features.commands import ChannelCommands, CommandPlace, Markup
+from bots.features.memory import parse_memory_words
 from bots.incoming import Incoming
-from bots.memory import parse_memory_words
 from bots.runner import ConversationRunner
 from bots.settings import Settings
 from core.messages import Author
@@ -107,7 +107,7 @@ def help_text(command: str) -> str:
 
 class SlashCommands:
     """The subcommands over one runner; `answer` is what the listener acknowledges with.
-    What each does is `bots.commands.ChannelCommands`; this reads the words after it."""
+    What each does is `bots.features.commands.ChannelCommands`; this reads the words after it."""
 
     def __init__(
         self,

@@ -56,7 +56,7 @@ from bots.platforms.slack.refusals import UNREADABLE_TEXT, external_refusal
 from bots.platforms.slack.users import UserNames, readable_mentions
 from bots.runner import ConversationRunner
 from bots.settings import Settings
-from bots.surface import Surface
+from bots.surface.contract import Surface
 from core.messages import Author
 
 log = logging.getLogger(__name__)

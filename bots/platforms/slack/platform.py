@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from bots.features.scheduler import StartedThread
 from bots.platform import PlatformStartError, Report, ServeOptions
 from bots.runner import ConversationRunner
-from bots.scheduler import StartedThread
 from bots.settings import Settings, SettingsError
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """One run (or one steered message) shown in a Slack thread.
 
-Owns: `SlackSurface` (the Surface of bots/surface.py for Slack, on `bots.surface_base`): its
-state machine (`Phase`, the diagram in the class's docstring) and the three paths that race to
+Owns: `SlackSurface` (the Surface of bots/surface/contract.py for Slack, on `bots.surface.base`):
+its state machine (`Phase`, the diagram in the class's docstring) and the three paths that race to
 show a run first; `SlackSurfaces` (surfaces for earlier runs' refs, for recovery). Its parts:
 the Web API calls (`surface_calls`), the native stream (`stream`), the in-progress message
 (`surface_progress`), the final answer (`surface_final`), reactions and the status line
@@ -10,22 +10,22 @@ the Web API calls (`surface_calls`), the native stream (`stream`), the in-progre
 
 How an answer looks:
 - At the end the run's outcome mark on the person's message, as on every platform
-  (`bots.surface_base`): ✅ answered, ⏹️ (`black_square_for_stop`) stopped, ⚠️ (`warning`)
+  (`bots.surface.base`): ✅ answered, ⏹️ (`black_square_for_stop`) stopped, ⚠️ (`warning`)
   interrupted by a restart, ❌ (`x`) failed. 👀 only for a slow answer: when nothing of it is
   visible after `working_delay_s` (about a second), so that a quick answer costs two or three
   calls (its message writes and ✅) instead of five.
 - The assistant status line ("thinking…", "running grep…") where the workspace has it, from
   `working_delay_s` on; thinking streams as status, never as text. A reply that calls tools
-  narrates with its text, or else (the 5.5 models) with its thinking (`bots.narration`),
+  narrates with its text, or else (the 5.5 models) with its thinking (`bots.surface.narration`),
   shown where its text would have been once the reply ends, before its tool calls run.
 - Text streams natively (chat.startStream / appendStream / stopStream) where Slack allows it,
-  else into one in-progress message updated at most about once a second (`bots.throttle`).
+  else into one in-progress message updated at most about once a second (`bots.surface.throttle`).
 - The in-progress message carries a Stop button (the run id in its value) and one legacy
   attachment per tool call; it is posted as soon as there is something to show (text in the
   fallback, a tool call, or `activity_delay_s` of work), so a quick answer costs two writes.
 - The final answer is standard Markdown in `markdown` blocks, split across messages at safe
-  boundaries (`bots.markdown_split`), with how the run ended, an optional usage line and 👍/👎
-  under the last part; the Stop button goes away.
+  boundaries (`bots.surface.markdown_split`), with how the run ended, an optional usage line
+  and 👍/👎 under the last part; the Stop button goes away.
 - Rate limits: a 429 is retried after its Retry-After (bounded); a write that is not
   idempotent (posting, streaming) is never retried after a transport error, because Slack may
   have carried it out. The final answer is never lost to a failed update: it is posted instead.
@@ -44,7 +44,6 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bots.narration import visible_text
 from bots.platforms.slack import blocks
 from bots.platforms.slack.stream import NativeStream
 from bots.platforms.slack.surface_calls import ThreadCalls
@@ -70,9 +69,10 @@ from bots.platforms.slack.surface_status import (
     Reactions,
     StatusLine,
 )
-from bots.surface import FileOut, Notice, RunFinished, RunStarted
-from bots.surface_base import SurfaceBase
-from bots.throttle import Throttle
+from bots.surface.base import SurfaceBase
+from bots.surface.contract import FileOut, Notice, RunFinished, RunStarted
+from bots.surface.narration import visible_text
+from bots.surface.throttle import Throttle
 from core.events import ToolExecutionEnd, ToolExecutionStart
 from core.messages import AssistantMessage, Usage
 

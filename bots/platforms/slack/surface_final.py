@@ -18,7 +18,7 @@ from bots.platforms.slack import blocks
 from bots.platforms.slack.stream import NativeStream
 from bots.platforms.slack.surface_calls import ThreadCalls
 from bots.platforms.slack.surface_options import Outbox
-from bots.surface import RunOutcome
+from bots.surface.contract import RunOutcome
 
 SPLIT_IN_THREAD_CHARS = 50_000  # longer answers are split off the event loop
 

@@ -26,8 +26,8 @@ from bots.platforms.slack.surface_calls import (
     retry_after,
 )
 from bots.platforms.slack.surface_status import Reactions
-from bots.surface import FileOut, Notice
-from bots.surface_base import NOTICE_MARK
+from bots.surface.base import NOTICE_MARK
+from bots.surface.contract import FileOut, Notice
 from core.messages import Author
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 status line.
 
 Owns: `Reactions` (👀 for a slow answer or a queued steered message, the outcome's mark at the
-end: the shared marks of `bots.surface_base`, by Slack's names) and `StatusLine` (the
+end: the shared marks of `bots.surface.base`, by Slack's names) and `StatusLine` (the
 assistant thread's "thinking…" / "running grep…", throttled, from the working delay on, and
 given up on where Slack refuses it).
 
@@ -20,9 +20,9 @@ from slack_sdk.errors import SlackApiError
 from bots.platforms.slack.stream import NO_STREAMING
 from bots.platforms.slack.surface_calls import TRANSPORT_ERRORS, ThreadCalls, error_code
 from bots.platforms.slack.surface_options import SlackFeatures
-from bots.surface import RunOutcome
-from bots.surface_base import OUTCOME_EMOJI_NAME
-from bots.throttle import Throttle
+from bots.surface.base import OUTCOME_EMOJI_NAME
+from bots.surface.contract import RunOutcome
+from bots.surface.throttle import Throttle
 
 log = logging.getLogger(__name__)
 

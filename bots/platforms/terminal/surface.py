@@ -1,6 +1,6 @@
 """Teammate in a terminal: `teammate chat` and `teammate ask` on the shared runner.
 
-Owns: `TerminalSurface` (on the shared `bots.surface_base.SurfaceBase`: the answer on stdout;
+Owns: `TerminalSurface` (on the shared `bots.surface.base.SurfaceBase`: the answer on stdout;
 tool activity, a reply's thinking narration, notices and errors as compact lines on stderr),
 `TerminalSurfaces` (reporting interrupted terminal runs after a restart), reading stdin lines
 without blocking the event loop, and the chat and ask loops with their slash commands and
@@ -26,11 +26,11 @@ from typing import Any, TextIO
 from bots.app import App
 from bots.budgets import utc_day_start
 from bots.incoming import Incoming
-from bots.narration import thinking_narration
 from bots.platforms.terminal.text import printable, usage_line
 from bots.runner import ConversationRunner
-from bots.surface import FileOut, Notice, NoticeLevel, RunFinished, Surface
-from bots.surface_base import SurfaceBase
+from bots.surface.base import SurfaceBase
+from bots.surface.contract import FileOut, Notice, NoticeLevel, RunFinished, Surface
+from bots.surface.narration import thinking_narration
 from core.events import ToolExecutionEnd, ToolExecutionStart
 from core.messages import AssistantMessage, Author
 
@@ -136,7 +136,7 @@ class TerminalSurface(SurfaceBase):
     def ref(self) -> dict[str, Any]:
         return {"platform": PLATFORM, "conversation": self._key}
 
-    # -- the hooks (bots.surface_base) -------------------------------------------------------
+    # -- the hooks (bots.surface.base) -------------------------------------------------------
 
     async def on_text(self, message: AssistantMessage, delta: str) -> None:
         if self._stream and delta:
@@ -222,7 +222,7 @@ class TerminalSurface(SurfaceBase):
 
 
 # Plain marks of the terminal's own, one column wide, not the other platforms' emoji
-# (`bots.surface_base.NOTICE_MARK`): a stopped answer ends with "■", any other error with "✗".
+# (`bots.surface.base.NOTICE_MARK`): a stopped answer ends with "■", any other error with "✗".
 _NOTICE_MARK: dict[NoticeLevel, str] = {"info": "·", "warning": "!", "error": "✗"}
 
 

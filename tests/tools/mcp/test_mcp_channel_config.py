@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bots.channel_config import ConfigChange, apply_change, keeps_tool
+from bots.features.channel_config import ConfigChange, apply_change, keeps_tool
 from bots.settings import ChannelConfig, Settings
 from core.messages import Text, ToolCall, ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel

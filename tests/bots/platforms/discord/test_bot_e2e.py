@@ -19,8 +19,8 @@ import pytest
 from pydantic import BaseModel
 
 from bots.app import Closeable
-from bots.channel_tools import channel_tools_factory
-from bots.memory import ChannelMemory
+from bots.features.channel_tools import channel_tools_factory
+from bots.features.memory import ChannelMemory
 from bots.platforms.discord.access import ADMIN_TEXT, GUILD_TEXT, PERSON_TEXT
 from bots.platforms.discord.bot import DISCORD_RULES, FEEDBACK_TEXT, NO_THREADS_TEXT, TeammateBot
 from bots.platforms.discord.events import stop_custom_id

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bots.memory import CLEAR_ADMIN_TEXT
+from bots.features.memory import CLEAR_ADMIN_TEXT
 from bots.settings import DiscordSettings
 from core.models.scripted import Reply
 from tests.bots.platforms.discord.test_bot_e2e import (  # noqa: F401 (fixtures)

@@ -20,11 +20,11 @@ import discord
 import pytest
 from aiohttp import web
 
-from bots.markdown_split import split_markdown
 from bots.platforms.discord.bot import DISCORD_RULES, TeammateBot
 from bots.platforms.discord.surface import MESSAGE_LIMIT, WORKING_TEXT, DiscordSurfaces
 from bots.runner import ConversationRunner
 from bots.settings import DiscordSettings, Settings
+from bots.surface.markdown_split import split_markdown
 from core.models.scripted import Reply, ScriptedModel
 from storage.sqlite import SqliteStore
 from tests.fakes.discord_server import (

@@ -7,8 +7,8 @@ answer is shown there. The real bot against the fake Discord; an injected clock.
 
 from __future__ import annotations
 
-from bots.scheduler import Scheduler
-from bots.schedules import NewSchedule, Schedules
+from bots.features.scheduler import Scheduler
+from bots.features.schedules import NewSchedule, Schedules
 from core.models.scripted import Reply
 from tests.bots.platforms.discord.test_bot_e2e import (  # noqa: F401 (fixtures)
     ADA,

@@ -11,7 +11,6 @@ import discord
 import pytest
 from discord.ext import commands
 
-from bots.markdown_split import _open_fence
 from bots.platforms.discord.events import parse_custom_id
 from bots.platforms.discord.surface import (
     MAX_PARTS_PER_BLOCK,
@@ -23,7 +22,8 @@ from bots.platforms.discord.surface import (
     DiscordSurface,
     DiscordSurfaces,
 )
-from bots.surface import FileOut, Notice, RunFinished, RunStarted
+from bots.surface.contract import FileOut, Notice, RunFinished, RunStarted
+from bots.surface.markdown_split import _open_fence
 from core.events import (
     MessageEnd,
     MessageStart,

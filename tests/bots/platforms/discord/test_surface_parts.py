@@ -6,13 +6,13 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bots.markdown_split import split_markdown
 from bots.platforms.discord.surface_parts import (
     MAX_PARTS_PER_BLOCK,
     MESSAGE_LIMIT,
     OVERFLOW_TEXT,
     split_parts,
 )
+from bots.surface.markdown_split import split_markdown
 
 PIECES = [
     "A sentence about rivers and the sea. " * 9,

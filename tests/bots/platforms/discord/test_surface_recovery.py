@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from discord.ext import commands
 
-from bots.markdown_split import split_markdown
 from bots.platforms.discord.surface import (
     MAX_PARTS_PER_BLOCK,
     MESSAGE_LIMIT,
@@ -19,7 +18,8 @@ from bots.platforms.discord.surface import (
     DiscordSurface,
     DiscordSurfaces,
 )
-from bots.surface import RunStarted
+from bots.surface.contract import RunStarted
+from bots.surface.markdown_split import split_markdown
 from core.events import MessageEnd, MessageStart, MessageUpdate, ToolExecutionStart
 from core.messages import AssistantMessage, Text
 from core.models.base import TextDelta

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from bots.app import ModelFactory
-from bots.channel_tools import channel_tools_factory
-from bots.memory import ChannelMemory
+from bots.features.channel_tools import channel_tools_factory
+from bots.features.memory import ChannelMemory
 from bots.platforms.slack.app import SLACK_RULES, SlackBot
 from bots.runner import ConversationRunner
 from bots.settings import Settings

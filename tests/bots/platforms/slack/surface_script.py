@@ -9,7 +9,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.platforms.slack.blocks import FEEDBACK_ACTION_ID, STOP_ACTION_ID
 from bots.platforms.slack.surface import SlackFeatures, SlackSurface, SurfaceOptions
-from bots.surface import RunFinished, RunStarted
+from bots.surface.contract import RunFinished, RunStarted
 from core.events import (
     MessageEnd,
     MessageStart,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bots.scheduler import RETRY_AFTER_S, Scheduler
-from bots.schedules import NewSchedule, Schedules
+from bots.features.scheduler import RETRY_AFTER_S, Scheduler
+from bots.features.schedules import NewSchedule, Schedules
 from core.models.scripted import Reply, ScriptedModel
 from tests.bots.platforms.slack.e2e_harness import ALICE
 from tests.bots.platforms.slack.test_commands import CHANNEL, running

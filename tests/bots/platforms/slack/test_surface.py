@@ -12,7 +12,7 @@ from bots.platforms.slack.surface import (
     STOPPED_REACTION,
     WORKING_REACTION,
 )
-from bots.surface import FileOut, Notice
+from bots.surface.contract import FileOut, Notice
 from tests.bots.platforms.slack.surface_script import (
     ALICE,
     CHANNEL,

@@ -11,8 +11,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.platforms.slack import blocks
 from bots.platforms.slack.surface import DONE_REACTION, SlackFeatures, SlackSurface, SurfaceOptions
-from bots.surface import Notice
-from bots.surface_feed import SurfaceFeed
+from bots.surface.contract import Notice
+from bots.surface.feed import SurfaceFeed
 from tests.bots.platforms.slack.surface_script import (
     ALICE,
     CHANNEL,

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bots.surface import Checkpointed, RunStarted, Surface, SurfaceEvent
+from bots.surface.contract import Checkpointed, RunStarted, Surface, SurfaceEvent
 from core.events import MessageUpdate, ToolExecutionUpdate
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
-from bots.memory import ChannelMemory, ForgetTool, RememberTool
-from bots.schedules import Schedules, ScheduleTool
+from bots.features.memory import ChannelMemory, ForgetTool, RememberTool
+from bots.features.schedules import Schedules, ScheduleTool
 from bots.settings import Settings
 from core.tools import AnyTool
 

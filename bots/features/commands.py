@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bots.budgets import utc_day_start
-from bots.channel_config import ConfigChange, describe, usage_today_text
-from bots.memory import MemoryCommand, run_memory_command
+from bots.features.channel_config import ConfigChange, describe, usage_today_text
+from bots.features.memory import MemoryCommand, run_memory_command
 from bots.runner import ConversationRunner
 from bots.settings import ChannelConfig, Settings
 from core.messages import Author

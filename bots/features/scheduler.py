@@ -34,11 +34,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from bots.features.schedules import describe_time, next_after
 from bots.incoming import Incoming
 from bots.runner import ConversationRunner
-from bots.schedules import describe_time, next_after
 from bots.settings import Settings
-from bots.surface import Surface
+from bots.surface.contract import Surface
 from core.messages import Author
 from storage.base import Schedule
 

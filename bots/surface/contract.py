@@ -6,7 +6,7 @@ which an adapter gives the runner surfaces (for a new message, or for reporting 
 after a restart).
 
 A surface owns presentation: streaming text, compact tool activity, the final answer, errors.
-The runner feeds each surface through its own queue and task (`bots.surface_feed`), so a slow
+The runner feeds each surface through its own queue and task (`bots.surface.feed`), so a slow
 surface (a platform backing off from a 429) never delays saving messages or other
 conversations; `emit` may take its time, but must never lose the final answer. A surface that
 raises is logged by the runner and never stops a run.

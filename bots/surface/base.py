@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from bots.surface import (
+from bots.surface.contract import (
     FileOut,
     Notice,
     NoticeLevel,

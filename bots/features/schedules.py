@@ -4,7 +4,8 @@ time zone), checking one, creating, listing and cancelling them, and the `schedu
 
 Owns: parsing and checking times (cron through `cronsim`, one-off times with `zoneinfo`), the
 next run of a schedule, the bounds (active schedules per channel, the shortest interval), the
-texts people and the model see, and `ScheduleTool`. Running what is due is `bots.scheduler`.
+texts people and the model see, and `ScheduleTool`. Running what is due is
+`bots.features.scheduler`.
 
 Time zones: a cron expression matches wall-clock time in the channel's zone, so "0 9 * * 1"
 is 9:00 every Monday in summer and winter. On a DST change a time that does not exist that day
@@ -29,7 +30,7 @@ from zoneinfo import ZoneInfo
 from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, Field
 
-from bots.channel_config import channel_timezone
+from bots.features.channel_config import channel_timezone
 from bots.settings import ChannelConfig, ScheduleSettings, Settings
 from core.tools import AgentTool, ToolContext, ToolError, ToolResult
 from storage.base import ConversationStore, Schedule, TooManySchedules
