@@ -3,9 +3,10 @@
 Owns: reading a block-actions payload (`parse_click`) and an `agent_session_stopped` envelope
 (`parse_native_stop`), and `SlackClicks`, which turns them into the shared checks of
 `bots.features.clicks` after Slack's own: the button's value, the thread it sits in (a Stop button
-can only stop a run of the thread it was clicked in), and the allow-lists (`bots.access`), with a
-private note for a refusal or a stale Stop. A vote is shown by Slack's own feedback buttons,
-so it gets no note.
+can only stop a run of the thread it was clicked in), people of another organisation (a Slack
+Connect channel: `[slack] external_teams`, as for their messages), and the allow-lists
+(`bots.access`), with a private note for a refusal or a stale Stop. A vote is shown by Slack's
+own feedback buttons, so it gets no note.
 
 Must not: stop or count anything but through `bots.features.clicks` and the runner, or write SQL.
 """
@@ -22,6 +23,7 @@ from bots.access import access_refusal
 from bots.features.clicks import RunClick, feedback_click, stop_click
 from bots.incoming import Incoming
 from bots.platforms.slack.blocks import parse_feedback_value, parse_stop_value
+from bots.platforms.slack.refusals import external_refusal
 from bots.platforms.slack.users import UserNames
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
 from bots.settings import Settings
@@ -48,6 +50,10 @@ class ButtonClick:
     channel_id: str
     thread_ts: str | None
     team_id: str
+    # The clicker's own organisation as Slack names it (`user.team_id`: a workspace, or in an
+    # Enterprise Grid the organisation's id), and the Grid the click came from, if any.
+    user_team: str = ""
+    enterprise_id: str = ""
 
 
 class SlackClicks:
@@ -83,7 +89,9 @@ class SlackClicks:
         ]
         key = next((k for k in keys if self._runner.current_run(k) == run_id), keys[0])
         name = await self._names.name(click.user_id)
-        refusal = access_refusal(self._settings, _clicker(click, key, name))
+        refusal = self._external_refusal(click) or access_refusal(
+            self._settings, _clicker(click, key, name)
+        )
         if refusal is not None:
             await self._ephemeral(click.channel_id, click.user_id, click.thread_ts, refusal)
             return
@@ -133,7 +141,7 @@ class SlackClicks:
             return
         name = await self._names.name(click.user_id)
         clicker = _clicker(click, f"{channels[0]}:{click.thread_ts or ''}", name)
-        refusal = access_refusal(self._settings, clicker)
+        refusal = self._external_refusal(click) or access_refusal(self._settings, clicker)
         if refusal is not None:
             await self._ephemeral(click.channel_id, click.user_id, click.thread_ts, refusal)
             return
@@ -145,6 +153,14 @@ class SlackClicks:
         )
         await feedback_click(self._runner, pressed, choice)  # shown by Slack's own buttons
 
+    def _external_refusal(self, click: ButtonClick) -> str | None:
+        """A click by a person of another organisation is refused as their messages are. Slack
+        names the clicker's organisation in `user.team_id`: our workspace, or (in a Grid) our
+        organisation's id, is the team's; anything else is a Slack Connect guest."""
+        ours = {self._team_id, click.enterprise_id} - {""}
+        external = click.user_team if click.user_team and click.user_team not in ours else None
+        return external_refusal(self._settings.slack.external_teams, external)
+
 
 def parse_click(body: dict[str, Any]) -> ButtonClick | None:
     """The first action of a block-actions payload, or None if its shape is not Slack's."""
@@ -155,6 +171,7 @@ def parse_click(body: dict[str, Any]) -> ButtonClick | None:
         message = body.get("message") or {}
         thread_ts = container.get("thread_ts") or message.get("thread_ts") or message.get("ts")
         team = body.get("team") or {}
+        enterprise = body.get("enterprise") or {}
         value = action.get("value")
         if value is None:  # feedback buttons carry the chosen button's value
             value = (action.get("selected_option") or {}).get("value")
@@ -165,6 +182,8 @@ def parse_click(body: dict[str, Any]) -> ButtonClick | None:
             channel_id=str(channel.get("id") or container.get("channel_id") or ""),
             thread_ts=str(thread_ts) if thread_ts else None,
             team_id=str(team.get("id") or body["user"].get("team_id") or ""),
+            user_team=str(body["user"].get("team_id") or "")[:64],
+            enterprise_id=str(enterprise.get("id") or team.get("enterprise_id") or "")[:64],
         )
     except (KeyError, IndexError, TypeError, AttributeError):
         return None

@@ -11,6 +11,7 @@ import pytest
 
 from bots.platforms.slack.blocks import FEEDBACK_ACTION_ID, STOP_ACTION_ID
 from bots.runner import STALE_STOP_TEXT
+from bots.settings import SlackSettings
 from core.models.scripted import Reply, ScriptedModel, call
 from tests.bots.platforms.slack.e2e_harness import (
     ALICE,
@@ -156,9 +157,12 @@ async def test_a_feedback_click_is_stored_with_the_run(
 async def test_a_stop_click_from_another_workspace_in_a_shared_channel_stops_the_run(
     fake_slack: FakeSlack, tmp_path: Path
 ) -> None:
+    """A partner organisation let in (`[slack] external_teams`) clicks Stop in a shared channel:
+    the button's thread is still the installation's key. (Not let in: test_external_people.)"""
     tool = WaitTool()
     model = ScriptedModel([Reply(tool_calls=[call("wait")])])
-    async with running(fake_slack, tmp_path, model, tools=[tool]) as app:
+    partner = SlackSettings(external_teams=["TPARTNER"])
+    async with running(fake_slack, tmp_path, model, tools=[tool], slack=partner) as app:
         event = await start_waiting(app, tool)
         await fake_slack.wait_for(lambda f: stop_button(f, "C1", event["ts"]) is not None)
         found = stop_button(fake_slack, "C1", event["ts"])
