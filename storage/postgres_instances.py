@@ -12,7 +12,10 @@ instances"; why a lease row and not an advisory lock is explained there).
 - Notifications travel on one channel per schema. `NOTIFY` is transactional, so the inbox's
   notice is sent inside `accept_delivery`'s transaction (`notify_sql`): delivered on commit,
   never for a rolled-back accept. An instance ignores its own. If the listening connection
-  drops, it is re-made and `Resync` tells the runner it may have missed some.
+  drops, it is re-made and `Resync` tells the runner it may have missed some. A connection can
+  also die silently (half-open: a NAT or firewall forgot the flow; nothing arrives, no error):
+  the server probes it with TCP keepalives, and this side asks it a question every
+  `listen_check_s`; one unanswered within `listen_check_timeout_s` counts as a drop.
 
 Must not: import `tools` or `bots`; know the store's other tables.
 """
@@ -39,6 +42,15 @@ log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 10_000  # notifications waiting for the runner; past it: Resync instead
 RECONNECT_DELAY_S = 1.0
+LISTEN_CHECK_S = 10.0  # how often the listening connection is asked whether it is alive
+LISTEN_CHECK_TIMEOUT_S = 5.0
+# The server's TCP keepalives on the listening session (ignored over a Unix socket): a dead
+# client is found by the server in about 30 + 3 × 10 s and its session ended.
+KEEPALIVES = {
+    "tcp_keepalives_idle": "30",
+    "tcp_keepalives_interval": "10",
+    "tcp_keepalives_count": "3",
+}
 
 
 def channel_for(schema: str) -> str:
@@ -67,6 +79,8 @@ class Instances:
         self._heartbeat: asyncio.Task[None] | None = None
         self._beat_connection: asyncpg.Connection | None = None
         self._closed = False
+        self.listen_check_s = LISTEN_CHECK_S
+        self.listen_check_timeout_s = LISTEN_CHECK_TIMEOUT_S
 
     # --- leases ---------------------------------------------------------------------------
 
@@ -250,7 +264,9 @@ class Instances:
         while not self._closed:
             lost = asyncio.Event()
             try:
-                connection = await asyncpg.connect(self._url)
+                connection = await asyncpg.connect(
+                    self._url, timeout=self.listen_check_timeout_s, server_settings=KEEPALIVES
+                )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
                 log.warning("cannot listen for other instances: %s", exc)
                 if not ready.done():
@@ -265,14 +281,34 @@ class Instances:
                 if not first:
                     self._put(Resync())
                 first = False
-                await lost.wait()
-                log.warning("the connection listening for other instances dropped; re-making it")
+                if await self._until_lost(connection, lost):
+                    log.warning(
+                        "the connection listening for other instances dropped; re-making it"
+                    )
+                else:
+                    log.warning(
+                        "the connection listening for other instances stopped answering; "
+                        "re-making it"
+                    )
+                    connection.terminate()  # a silent connection would not answer a close
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("listening for other instances failed: %s", exc)
             finally:
                 with contextlib.suppress(Exception):
                     await connection.close(timeout=2)
             await asyncio.sleep(RECONNECT_DELAY_S)
+
+    async def _until_lost(self, connection: asyncpg.Connection, lost: asyncio.Event) -> bool:
+        """Wait while the listening connection lives: True when it dropped, False when it
+        stopped answering (half-open)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(lost.wait(), self.listen_check_s)
+                return True
+            try:
+                await connection.fetchval("SELECT 1", timeout=self.listen_check_timeout_s)
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                return lost.is_set()
 
     async def close(self) -> None:
         self._closed = True
