@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,37 @@ async def test_a_live_process_s_journal_is_left_alone(tmp_path: Path) -> None:
     journal = EventJournal(tmp_path)
     assert await journal.adopt_orphans() == []
     assert path.exists()
+    await journal.close()
+
+
+async def test_another_hosts_journal_is_adopted_only_once_it_has_been_still_for_long(
+    tmp_path: Path,
+) -> None:
+    """A shared data directory: another machine's process cannot be asked whether it lives, so
+    its file is left alone while it changes, and adopted once unchanged for ORPHAN_AGE_S."""
+    elsewhere = {"host": f"not-{OWNER['host']}", "pid": os.getpid(), "start": OWNER["start"]}
+    line = json.dumps({"id": 1, "kind": "event", "attempt": 1, "event": body(1)})
+    path = write_orphan(tmp_path, "elsewhere.jsonl", elsewhere, [line])
+    almost = time.time() - journal_module.ORPHAN_AGE_S + 60
+    os.utime(path, (almost, almost))
+    journal = EventJournal(tmp_path)
+    assert await journal.adopt_orphans() == []
+    assert path.exists()
+    still = time.time() - journal_module.ORPHAN_AGE_S - 60
+    os.utime(path, (still, still))
+    assert [(r.kind, r.body) for r in await journal.adopt_orphans()] == [("event", body(1))]
+    assert not path.exists()
+    await journal.close()
+
+
+async def test_a_journal_of_a_reused_pid_is_a_dead_process_s(tmp_path: Path) -> None:
+    """The pid lives, but it is another process now (its start time differs): adopted."""
+    reused = {"host": OWNER["host"], "pid": os.getppid(), "start": "not-its-start"}
+    line = json.dumps({"id": 1, "kind": "event", "attempt": 1, "event": body(1)})
+    path = write_orphan(tmp_path, "reused.jsonl", reused, [line])
+    journal = EventJournal(tmp_path)
+    assert [(r.kind, r.body) for r in await journal.adopt_orphans()] == [("event", body(1))]
+    assert not path.exists()
     await journal.close()
 
 
