@@ -209,6 +209,7 @@ def test_the_allowlist_round_trips() -> None:
 
 
 def test_the_checked_in_allowlist_loads_and_every_entry_has_a_reason() -> None:
+    # Empty since the splits of issue 25; an entry added later must say why.
+    assert ALLOWLIST.is_file()
     entries = load_allowlist(ALLOWLIST).values()
-    assert entries
     assert all(entry.reason for entry in entries)

@@ -20,7 +20,7 @@ from tests.bots.test_cli_serve import mention, start_serve, stop_serve
 from tests.fakes.discord_server import BOT_TOKEN, FakeDiscord
 from tests.fakes.slack_server import FakeSlack
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+README = Path(__file__).resolve().parents[4] / "README.md"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from tests.fakes.slack_server import FakeSlack
 from tests.fakes.waiting_tool import WaitTool
 
 CRASH_CHILD = Path(__file__).with_name("e2e_crash_child.py")
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 
 
 async def test_an_assistant_thread_gets_prompts_a_title_a_status_and_an_answer(

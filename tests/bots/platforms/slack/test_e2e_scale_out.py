@@ -41,7 +41,7 @@ from tests.bots.platforms.slack.scale_child import SECRET
 from tests.fakes.slack_server import FakeSlack, signed_request
 from tests.storage import pg
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 LIMIT_S = 120.0  # a hang guard, not a speed check
 CHANNEL = "C1"
 

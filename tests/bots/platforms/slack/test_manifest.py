@@ -14,7 +14,7 @@ from bots.platforms.slack.manifest import (
 )
 from tests.fakes.slack_server import DEFAULT_SCOPES
 
-SLACK = Path(__file__).resolve().parents[3] / "bots" / "slack"
+SLACK = Path(__file__).resolve().parents[4] / "bots" / "platforms" / "slack"
 
 
 def test_socket_mode_manifest_has_scopes_events_command_and_interactivity() -> None:
