@@ -1,0 +1,39 @@
+"""A clean shutdown hands its conversations over at once: another instance need not wait out
+the lease's time to live (issue 24, "tests that would not notice": the lease DELETE at close)."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.postgres import PostgresStore
+
+KEY = "slack:T1:C1:1.0"
+
+
+async def test_a_cleanly_closed_instance_hands_its_leases_over_at_once(pg_url: str) -> None:
+    # A time to live far longer than the test: only a handed-over lease can be taken.
+    async with PostgresStore.open(pg_url, lease_ttl_s=3600) as b:
+        a = await PostgresStore.open(pg_url, lease_ttl_s=3600)
+        conversation = await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")
+        other = await a.get_or_create_conversation(KEY + "2", channel_key="slack:T1:C1")
+        assert await a.acquire_lease(conversation.id) and await a.acquire_lease(other.id)
+        assert not await b.acquire_lease(conversation.id)
+        await a.close()
+        assert await b.acquire_lease(conversation.id) and await b.acquire_lease(other.id)
+        assert not b.took_over(conversation.id)  # handed over, not taken from an expired holder
+
+
+async def test_a_closed_instance_renews_nothing_and_listens_no_more(pg_url: str) -> None:
+    async with PostgresStore.open(pg_url, lease_ttl_s=3600) as b:
+        a = await PostgresStore.open(pg_url, lease_ttl_s=3600)
+        conversation = await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")
+        assert await a.acquire_lease(conversation.id)
+        await a.close()
+        instances = a._instances
+        assert instances._heartbeat is None or instances._heartbeat.done()
+        assert instances._listener is None or instances._listener.done()
+        assert await b.acquire_lease(conversation.id)
+        # A lease asked of a closed store is refused, and starts no heartbeat again.
+        with pytest.raises(RuntimeError, match="closed"):
+            await a.acquire_lease(conversation.id)
+        assert instances._heartbeat is None or instances._heartbeat.done()
