@@ -21,6 +21,9 @@ class TcpProxy:
     target_host: str
     target_port: int
     port: int = 0
+    refusing: bool = False  # new connections are closed at once (the database unreachable)
+    refused: int = 0
+    _a_refusal: asyncio.Event = field(default_factory=asyncio.Event)
     _server: asyncio.Server | None = None
     _flows: list[_Flow] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -34,6 +37,12 @@ class TcpProxy:
         for flow in self._flows:
             flow.silent = True
         return len(self._flows)
+
+    async def refusals(self, count: int) -> None:
+        """Wait until `count` connections have been refused."""
+        while self.refused < count:
+            self._a_refusal.clear()
+            await self._a_refusal.wait()
 
     async def close(self) -> None:
         if self._server is not None:
@@ -50,6 +59,11 @@ class TcpProxy:
             await self._server.wait_closed()
 
     async def _carry(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            self.refused += 1
+            self._a_refusal.set()
+            client_w.close()
+            return
         try:
             server_r, server_w = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 
 from storage import postgres_instances
@@ -46,3 +47,35 @@ async def test_a_silently_dead_listening_connection_is_noticed_and_remade(
         assert await asyncio.wait_for(anext(notices), LIMIT_S) == Resync()
         await b.publish_stop(KEY, 3)
         assert await asyncio.wait_for(anext(notices), LIMIT_S) == StopRequest(KEY, 3, None, None)
+
+
+async def test_listening_is_retried_until_the_database_answers_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listening connection drops while the database cannot be reached: every attempt to
+    listen again fails for a while, and listening resumes once it can be reached."""
+    monkeypatch.setattr(postgres_instances, "RECONNECT_DELAY_S", 0.1)
+    server = urlsplit(pg_url)
+    assert server.hostname is not None and server.port is not None
+    async with (
+        proxying(server.hostname, server.port) as proxy,
+        PostgresStore.open(through(pg_url, proxy.port)) as a,
+        PostgresStore.open(pg_url) as b,
+    ):
+        notices = a.notifications()
+        proxy.refusing = True
+        admin = await asyncpg.connect(pg_url)
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE query = $1 AND pid <> pg_backend_pid()",
+                f'LISTEN "{a._instances.channel}"',
+            )
+        finally:
+            await admin.close()
+        assert killed == 2  # A's and B's listeners
+        await asyncio.wait_for(proxy.refusals(3), LIMIT_S)  # A keeps trying
+        proxy.refusing = False
+        assert await asyncio.wait_for(anext(notices), LIMIT_S) == Resync()
+        await b.publish_stop(KEY, 4)
+        assert await asyncio.wait_for(anext(notices), LIMIT_S) == StopRequest(KEY, 4, None, None)
