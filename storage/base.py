@@ -1,9 +1,10 @@
 """The store's contract: what the runner may ask of persisted conversations.
 
-Owns: the `ConversationStore` protocol, and `InstanceCoordination` (leases and notifications
-when several instances share a database; `SingleProcess` for a store one process owns) with
-the notifications it yields. The records the protocol returns and the errors it raises are
-`storage.records`, re-exported here: callers import every name from `storage.base`. Every
+Owns: the `ConversationStore` protocol. `InstanceCoordination` (leases, their fencing and
+notifications when several instances share a database; `SingleProcess` for a store one
+process owns) is `storage.coordination`; the records the protocol returns and the errors it
+raises are `storage.records`; both are re-exported here: callers import every name from
+`storage.base`. Every
 backend (`sqlite`, `postgres`) implements the protocol, so callers never change. Records carry
 `core` messages, never rows; nothing outside `storage/` writes SQL. The contract and the inbox
 flow are described in docs/architecture.md ("The contracts", "The runner", "Several
@@ -14,17 +15,28 @@ Must not: import `tools` or `bots`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from core.messages import Message, Usage
+from storage.coordination import (
+    InstanceCoordination,
+    LeaseLost,
+    NewInboxItem,
+    Notification,
+    Resync,
+    SingleProcess,
+    StopRequest,
+    coordination_of,
+)
 from storage.records import (
     Accepted,
     Compaction,
     Conversation,
     DatabaseDamaged,
     FeedbackTally,
+    Fence,
+    FencedOut,
     InboxItem,
     LoadedConversation,
     MemoryFull,
@@ -47,6 +59,8 @@ __all__ = [
     "ConversationStore",
     "DatabaseDamaged",
     "FeedbackTally",
+    "Fence",
+    "FencedOut",
     "InboxItem",
     "InstanceCoordination",
     "LeaseLost",
@@ -77,6 +91,12 @@ class ConversationStore(Protocol):
     Each method is one transaction that runs whole or not at all, even if its caller is
     cancelled midway (a cancelled append may still have happened). Methods given an unknown
     conversation or run id raise `KeyError` (`messages_after` returns `[]` instead).
+
+    Fencing: the writes a run makes take `fence`, the lease its instance holds (None: no
+    lease, as on a store one process owns). On a shared store the write is conditioned, in
+    the statement that makes it, on that lease still being this holder's at that epoch; if it
+    is not, nothing is written and `FencedOut` is raised. A store one process owns has no
+    other writer to fence out and ignores it.
     """
 
     async def close(self) -> None: ...
@@ -107,6 +127,7 @@ class ConversationStore(Protocol):
         run_id: int | None = None,
         usage: Usage | None = None,
         model: str | None = None,
+        fence: Fence | None = None,
     ) -> StoredMessage:
         """Append `message` as the next seq. With `usage` (a model reply's; needs `run_id`),
         also record it in the ledger in the same transaction, unless it used no tokens."""
@@ -155,14 +176,26 @@ class ConversationStore(Protocol):
         ...
 
     async def deliver(
-        self, conversation_id: int, item_ids: Sequence[int], *, run_id: int | None = None
+        self,
+        conversation_id: int,
+        item_ids: Sequence[int],
+        *,
+        run_id: int | None = None,
+        fence: Fence | None = None,
     ) -> list[StoredMessage]:
         """ONE transaction: append the items' messages to history in the order given (the
         order the loop delivered them to the model) and mark them delivered. Items already
         delivered or dropped are skipped (idempotent). Unknown ids raise `KeyError`."""
         ...
 
-    async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
+    async def drop(
+        self,
+        conversation_id: int,
+        item_ids: Sequence[int],
+        reason: str,
+        *,
+        fence: Fence | None = None,
+    ) -> None:
         """Mark pending items as not to be answered (e.g. a stop); they never enter history.
         Items already delivered or dropped are left as they are. Unknown ids raise
         `KeyError`."""
@@ -179,6 +212,7 @@ class ConversationStore(Protocol):
         surface_ref: dict[str, Any] | None = None,
         owner: dict[str, Any] | None = None,
         deliver: Sequence[int] = (),
+        fence: Fence | None = None,
     ) -> RunRecord:
         """Record a run as "running"; `channel_key` defaults to the conversation's. `owner`
         identifies the process running it, for crash recovery. `deliver`: inbox items to
@@ -186,13 +220,20 @@ class ConversationStore(Protocol):
         ...
 
     async def finish_run(
-        self, run_id: int, outcome: RunOutcome, *, error: str | None = None
+        self,
+        run_id: int,
+        outcome: RunOutcome,
+        *,
+        error: str | None = None,
+        fence: Fence | None = None,
     ) -> RunRecord:
         """Close a run, totalling its usage from the ledger. The first finish wins: finishing
         a finished run returns it unchanged. `outcome="running"` raises `ValueError`."""
         ...
 
-    async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
+    async def set_run_surface_ref(
+        self, run_id: int, ref: dict[str, Any], *, fence: Fence | None = None
+    ) -> RunRecord:
         """Replace where a run is shown (e.g. a Slack message ts known after the first post),
         so a restart can edit that message."""
         ...
@@ -208,6 +249,8 @@ class ConversationStore(Protocol):
         summary: str,
         up_to_seq: int,
         details: dict[str, Any] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> Compaction: ...
 
     # the usage ledger: one entry per model reply, attributed to run, conversation, user, channel
@@ -341,115 +384,3 @@ class ConversationStore(Protocol):
         reads alike, for stamps another instance compares (a schedule run's claim). SQLite is
         on one host, so its clock is the store's own; PostgreSQL answers with its own."""
         ...
-
-
-# --- several instances on one database (docs/architecture.md, "Several instances") ----------
-
-
-@dataclass(slots=True, frozen=True)
-class NewInboxItem:
-    """Another instance accepted a message into a conversation's inbox (it is committed)."""
-
-    conversation_id: int
-    conversation_key: str
-    item_id: int
-
-
-@dataclass(slots=True, frozen=True)
-class StopRequest:
-    """Someone asked another instance to stop this conversation's run (`run_id`: that run
-    only; None: the run and everything queued behind it)."""
-
-    conversation_key: str
-    run_id: int | None
-    by_id: str | None
-    by_name: str | None
-
-
-@dataclass(slots=True, frozen=True)
-class LeaseLost:
-    """This instance no longer holds the conversation's lease (it stalled past the lease's
-    expiry and another instance may have taken over): stop running it."""
-
-    conversation_id: int
-
-
-@dataclass(slots=True, frozen=True)
-class Resync:
-    """Notifications may have been missed (the listening connection was re-made): re-read
-    the inbox of every conversation this instance runs."""
-
-
-Notification: TypeAlias = NewInboxItem | StopRequest | LeaseLost | Resync
-
-
-@runtime_checkable
-class InstanceCoordination(Protocol):
-    """What a store shared by several instances offers so that each conversation runs in one
-    place: a lease per conversation, and notifications between instances."""
-
-    @property
-    def shared(self) -> bool:
-        """True if other instances may run this database's conversations."""
-        ...
-
-    async def acquire_lease(self, conversation_id: int) -> bool:
-        """Hold (or renew) the conversation's lease; False if another live instance does."""
-        ...
-
-    def took_over(self, conversation_id: int) -> bool:
-        """True if the held lease was taken from another holder whose lease had expired: that
-        instance died (or stalled) and its runs in the conversation may still be open."""
-        ...
-
-    async def release_lease(self, conversation_id: int) -> None: ...
-
-    async def publish_stop(
-        self,
-        conversation_key: str,
-        run_id: int | None,
-        *,
-        by_id: str | None = None,
-        by_name: str | None = None,
-    ) -> None:
-        """Ask whichever instance runs the conversation to stop it."""
-        ...
-
-    def notifications(self) -> AsyncIterator[Notification]:
-        """What other instances did that concerns this one, until the store closes."""
-        ...
-
-
-class SingleProcess:
-    """The coordination of a store only one process runs conversations from (SQLite): every
-    lease is granted, and there is nobody to notify."""
-
-    shared = False
-
-    async def acquire_lease(self, conversation_id: int) -> bool:
-        return True
-
-    def took_over(self, conversation_id: int) -> bool:
-        return False  # (one process: `recover()` at start-up closes what a crash left open)
-
-    async def release_lease(self, conversation_id: int) -> None:
-        return None
-
-    async def publish_stop(
-        self,
-        conversation_key: str,
-        run_id: int | None,
-        *,
-        by_id: str | None = None,
-        by_name: str | None = None,
-    ) -> None:
-        return None
-
-    async def notifications(self) -> AsyncIterator[Notification]:
-        return
-        yield  # an async generator that ends at once
-
-
-def coordination_of(store: object) -> InstanceCoordination:
-    """The store's own coordination if it has one, else `SingleProcess`."""
-    return store if isinstance(store, InstanceCoordination) else SingleProcess()

@@ -33,34 +33,29 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.messages import Message, Usage, dump_message
-from storage import postgres_channel_config as channel_config
 from storage import postgres_conversations as conversations
 from storage import postgres_inbox as inbox
-from storage import postgres_memory as memory
 from storage import postgres_runs as runs
-from storage import postgres_schedules as scheduling
 from storage import postgres_usage as usage_ledger
 from storage import rows
 from storage.accepted import AcceptedMessages
 from storage.base import ConversationStore, InstanceCoordination
 from storage.dsn import redact_dsn
 from storage.postgres_batch import APPEND, AppendCall
-from storage.postgres_connections import Clock, PostgresConnections
+from storage.postgres_channel_data import PostgresChannelData
+from storage.postgres_connections import Clock
 from storage.postgres_pool import Pool
 from storage.records import (
     Accepted,
     Compaction,
     Conversation,
-    FeedbackTally,
+    Fence,
     InboxItem,
     LoadedConversation,
-    MemoryNote,
     RunOutcome,
     RunRecord,
-    Schedule,
     StoredMessage,
     UsageSummary,
-    Vote,
 )
 
 
@@ -73,7 +68,7 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in ("postgresql", "postgres")
 
 
-class PostgresStore(PostgresConnections):
+class PostgresStore(PostgresChannelData):
     """Persisted conversations in a PostgreSQL database, shared by any number of instances.
 
         async with PostgresStore.open("postgresql://teammate@db/teammate") as store: ...
@@ -134,6 +129,7 @@ class PostgresStore(PostgresConnections):
         run_id: int | None = None,
         usage: Usage | None = None,
         model: str | None = None,
+        fence: Fence | None = None,
     ) -> StoredMessage:
         """Append `message` as the conversation's next seq; committed when this returns.
         With `usage` (needing `run_id`): its ledger entry in the same statement (nothing for
@@ -142,7 +138,8 @@ class PostgresStore(PostgresConnections):
             raise ValueError("usage is recorded against a run: give run_id")
         body_json = dump_message(message).decode()
         charge = usage if usage is not None and usage.total_tokens > 0 else None
-        call = AppendCall(conversation_id, message, body_json, run_id, self._clock(), charge, model)
+        now = self._clock()
+        call = AppendCall(conversation_id, message, body_json, run_id, now, charge, model, fence)
         # Grouped with other appends while the database is busy (`postgres_batch`); an
         # unknown run is a KeyError (the message's foreign key), as from record_usage.
         if self._closed:
@@ -231,7 +228,12 @@ class PostgresStore(PostgresConnections):
         return await self._call(inbox.pending_conversations)
 
     async def deliver(
-        self, conversation_id: int, item_ids: Sequence[int], *, run_id: int | None = None
+        self,
+        conversation_id: int,
+        item_ids: Sequence[int],
+        *,
+        run_id: int | None = None,
+        fence: Fence | None = None,
     ) -> list[StoredMessage]:
         """Append the pending items' messages to history in the order given and mark them
         delivered, in one statement; items already settled are skipped."""
@@ -241,17 +243,26 @@ class PostgresStore(PostgresConnections):
         if not ids:
             return []
         stored = await self._call(
-            lambda connection: inbox.deliver(connection, conversation_id, ids, now, run_id, known)
+            lambda connection: inbox.deliver(
+                connection, conversation_id, ids, now, run_id, known, fence
+            )
         )
         self._accepted.forget(ids)
         return stored
 
-    async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
+    async def drop(
+        self,
+        conversation_id: int,
+        item_ids: Sequence[int],
+        reason: str,
+        *,
+        fence: Fence | None = None,
+    ) -> None:
         """Mark pending items as not to be answered; they never enter history."""
         ids = list(dict.fromkeys(item_ids))
         now = self._clock()
         await self._call(
-            lambda connection: inbox.drop(connection, conversation_id, ids, reason, now)
+            lambda connection: inbox.drop(connection, conversation_id, ids, reason, now, fence)
         )
         self._accepted.forget(ids)
 
@@ -267,6 +278,7 @@ class PostgresStore(PostgresConnections):
         surface_ref: dict[str, Any] | None = None,
         owner: dict[str, Any] | None = None,
         deliver: Sequence[int] = (),
+        fence: Fence | None = None,
     ) -> RunRecord:
         """Record a run as "running" (`channel_key` defaults to the conversation's), and
         deliver `deliver` to it in the same transaction (an unknown item: `KeyError`, no run)."""
@@ -281,13 +293,19 @@ class PostgresStore(PostgresConnections):
             deliver=ids,
             known=self._accepted.known(conversation_id, ids),
             now=self._clock(),
+            fence=fence,
         )
         started = await self._call(lambda connection: runs.start(connection, call))
         self._accepted.forget(ids)
         return started
 
     async def finish_run(
-        self, run_id: int, outcome: RunOutcome, *, error: str | None = None
+        self,
+        run_id: int,
+        outcome: RunOutcome,
+        *,
+        error: str | None = None,
+        fence: Fence | None = None,
     ) -> RunRecord:
         """Close a run with `outcome`, totalling its usage from the ledger. The first finish
         wins: a finished run is returned as it was."""
@@ -295,14 +313,16 @@ class PostgresStore(PostgresConnections):
             raise ValueError(f"a run cannot finish as {outcome!r}")
         now = self._clock()
         return await self._call(
-            lambda connection: runs.finish(connection, run_id, outcome, error, now)
+            lambda connection: runs.finish(connection, run_id, outcome, error, now, fence)
         )
 
-    async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
+    async def set_run_surface_ref(
+        self, run_id: int, ref: dict[str, Any], *, fence: Fence | None = None
+    ) -> RunRecord:
         """Replace where a run is shown, so that recovery after a restart can edit it."""
         ref_json = rows.dump_json(ref)
         return await self._call(
-            lambda connection: runs.set_surface_ref(connection, run_id, ref_json)
+            lambda connection: runs.set_surface_ref(connection, run_id, ref_json, fence)
         )
 
     async def running_runs(self) -> list[RunRecord]:
@@ -317,13 +337,15 @@ class PostgresStore(PostgresConnections):
         summary: str,
         up_to_seq: int,
         details: dict[str, Any] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> Compaction:
         """Store `summary` as standing in for messages 1..`up_to_seq` (which must exist)."""
         now = self._clock()
         details_json = rows.dump_json(details or {})
         return await self._call(
             lambda connection: conversations.add_compaction(
-                connection, conversation_id, summary, up_to_seq, details_json, now
+                connection, conversation_id, summary, up_to_seq, details_json, now, fence
             )
         )
 
@@ -365,113 +387,6 @@ class PostgresStore(PostgresConnections):
             lambda connection: usage_ledger.summary(
                 connection, since, conversation_id, user_id, channel_key
             )
-        )
-
-    # --- feedback and channel configuration -----------------------------------------------
-
-    async def set_run_feedback(
-        self, run_id: int, user_id: str, vote: Vote | None, *, channel_key: str | None = None
-    ) -> FeedbackTally:
-        """Record (or with None withdraw) `user_id`'s vote on the run; its tally after."""
-        if vote not in ("up", "down", None):
-            raise ValueError(f"a vote is 'up', 'down' or None, not {vote!r}")
-        now = self._clock()
-        return await self._call(
-            lambda connection: usage_ledger.set_feedback(
-                connection, run_id, user_id, vote, channel_key, now
-            ),
-            transaction=True,
-        )
-
-    async def get_channel_config(self, channel_key: str) -> dict[str, Any] | None:
-        """The channel's stored configuration, or None if none was ever set."""
-        return await self._call(lambda connection: channel_config.get(connection, channel_key))
-
-    async def set_channel_config(
-        self, channel_key: str, config: dict[str, Any], *, by: str | None
-    ) -> None:
-        """Replace the channel's stored configuration, recording who changed it and when."""
-        config_json = rows.dump_json(config)  # raises TypeError before anything is written
-        now = self._clock()
-        await self._call(
-            lambda connection: channel_config.replace(connection, channel_key, config_json, by, now)
-        )
-
-    # --- a channel's memory and scheduled work (`postgres_memory`, `postgres_schedules`) --
-
-    async def memory_notes(self, channel_key: str) -> list[MemoryNote]:
-        return await self._call(lambda connection: memory.notes(connection, channel_key))
-
-    async def add_memory_note(
-        self, channel_key: str, text: str, *, by: str | None, max_notes: int, max_chars: int
-    ) -> MemoryNote:
-        now = self._clock()
-        return await self._call(
-            lambda connection: memory.add_note(
-                connection, channel_key, text, by, max_notes, max_chars, now
-            ),
-            transaction=True,
-        )
-
-    async def forget_memory_note(self, channel_key: str, note_id: int) -> bool:
-        return await self._call(
-            lambda connection: memory.forget_note(connection, channel_key, note_id)
-        )
-
-    async def clear_memory(self, channel_key: str) -> int:
-        return await self._call(lambda connection: memory.clear(connection, channel_key))
-
-    async def add_schedule(
-        self,
-        channel_key: str,
-        *,
-        prompt: str,
-        cron: str | None,
-        timezone: str,
-        next_run_at: float,
-        by_id: str,
-        by_name: str,
-        max_active: int,
-    ) -> Schedule:
-        call = (channel_key, prompt, cron, timezone, next_run_at, by_id, by_name, max_active)
-        now = self._clock()
-        return await self._call(
-            lambda connection: scheduling.add_schedule(connection, *call, now), transaction=True
-        )
-
-    async def schedules(self, channel_key: str) -> list[Schedule]:
-        return await self._call(lambda connection: scheduling.schedules(connection, channel_key))
-
-    async def cancel_schedule(self, channel_key: str, schedule_id: int) -> bool:
-        return await self._call(
-            lambda connection: scheduling.cancel(connection, channel_key, schedule_id)
-        )
-
-    async def due_schedules(self, now: float, *, limit: int) -> list[Schedule]:
-        return await self._call(lambda connection: scheduling.due(connection, now, limit))
-
-    async def claim_schedule(
-        self, schedule_id: int, *, due_at: float, next_run_at: float | None, now: float
-    ) -> Schedule | None:
-        return await self._call(
-            lambda connection: scheduling.claim(connection, schedule_id, due_at, next_run_at, now)
-        )
-
-    async def unsettled_schedule_runs(self, claimed_before: float, *, limit: int) -> list[Schedule]:
-        return await self._call(
-            lambda connection: scheduling.unsettled(connection, claimed_before, limit)
-        )
-
-    async def reclaim_schedule_run(
-        self, schedule_id: int, *, due_at: float, since: float, now: float
-    ) -> Schedule | None:
-        return await self._call(
-            lambda connection: scheduling.reclaim(connection, schedule_id, due_at, since, now)
-        )
-
-    async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
-        return await self._call(
-            lambda connection: scheduling.settle(connection, schedule_id, due_at)
         )
 
 

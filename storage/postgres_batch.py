@@ -12,7 +12,8 @@ carry appends at once, each a unit of its own.
   batches never deadlock on each other), one `INSERT` of the messages, one of the ledger
   entries, as ONE statement (`MULTI_APPEND`): atomic by itself, so no BEGIN/COMMIT round trips
   (`many_is_one_statement`). An unknown conversation fails its append alone inside the batch
-  (it gets no seq; nothing of it is written).
+  (it gets no seq; nothing of it is written), and so does an append whose fence no longer
+  holds (`FencedOut`): each append carries its run's lease, checked in the same statement.
 - A batch that fails (an unknown run's foreign key, a deadlock with another instance) is
   retried by the batcher in one transaction with a SAVEPOINT per append: only the faulty one
   fails.
@@ -31,17 +32,30 @@ import asyncpg
 from core.messages import Message, Usage
 from storage import postgres_statements as pg_statements
 from storage.batching import Op
+from storage.records import Fence, FencedOut
 
 MULTI_APPEND = """
     WITH input AS (
         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
                              $6::text[], $7::text[], $8::float8[], $9::text[], $10::bool[],
                              $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[],
-                             $15::float8[])
+                             $15::float8[], $16::text[], $17::bigint[])
             WITH ORDINALITY AS u (conv, run_id, role, author_id, author_name, platform_id,
-                                  body, at, model, charge, i, o, cr, cw, cost, n)
+                                  body, at, model, charge, i, o, cr, cw, cost, holder, epoch,
+                                  n)
+    ), fenced AS (
+        -- the leases fenced appends carry, locked FOR SHARE in conversation order (as the
+        -- heartbeat locks them): see storage/postgres_fencing.py
+        SELECT l.conversation_id, l.holder, l.epoch FROM conversation_leases l
+        WHERE (l.conversation_id, l.holder, l.epoch) IN (
+            SELECT conv, holder, epoch FROM input WHERE holder IS NOT NULL)
+        ORDER BY l.conversation_id FOR SHARE
+    ), allowed AS (
+        SELECT x.* FROM input x WHERE x.holder IS NULL OR EXISTS (
+            SELECT 1 FROM fenced f
+            WHERE f.conversation_id = x.conv AND f.holder = x.holder AND f.epoch = x.epoch)
     ), counts AS (
-        SELECT conv, count(*) AS k, max(at) AS at FROM input GROUP BY conv
+        SELECT conv, count(*) AS k, max(at) AS at FROM allowed GROUP BY conv
     ), locked AS (
         SELECT id FROM conversations WHERE id IN (SELECT conv FROM counts)
         ORDER BY id FOR UPDATE
@@ -52,7 +66,7 @@ MULTI_APPEND = """
         RETURNING conversations.id, conversations.last_seq - counts.k AS base
     ), numbered AS (
         SELECT x.*, c.base + row_number() OVER (PARTITION BY x.conv ORDER BY x.n) AS seq
-        FROM input x JOIN c ON c.id = x.conv
+        FROM allowed x JOIN c ON c.id = x.conv
     ), m AS (
         INSERT INTO messages (conversation_id, seq, role, author_id, author_name,
                               platform_message_id, run_id, created_at, body)
@@ -102,6 +116,7 @@ class AppendCall:
     now: float
     usage: Usage | None  # charged: its ledger entry is written by the same statement
     model: str | None
+    fence: Fence | None = None  # the run's lease: written only while it holds
 
 
 async def _append_one(db: asyncpg.Connection, call: AppendCall) -> int:
@@ -113,6 +128,7 @@ async def _append_one(db: asyncpg.Connection, call: AppendCall) -> int:
         call.now,
         call.usage,
         call.model,
+        call.fence,
     )
 
 
@@ -135,12 +151,17 @@ async def _append_many(
         [u.cache_read for u in usages],
         [u.cache_write for u in usages],
         [u.cost for u in usages],
+        [call.fence.holder if call.fence else None for call in calls],
+        [call.fence.epoch if call.fence else None for call in calls],
     )
     seqs = {int(row[0]): int(row[1]) for row in found}
-    return [
-        seqs[n] if n in seqs else KeyError(f"no conversation with id {call.conversation_id}")
-        for n, call in enumerate(calls, start=1)
-    ]
+    return [seqs[n] if n in seqs else _refused(call) for n, call in enumerate(calls, start=1)]
+
+
+def _refused(call: AppendCall) -> Exception:
+    if call.fence is not None:  # a fence exists only for a known conversation
+        return FencedOut(call.conversation_id, "appending")
+    return KeyError(f"no conversation with id {call.conversation_id}")
 
 
 # The seq the message got (KeyError: unknown conversation or run).

@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 
 import asyncpg
 
-from storage.base import Notification
+from storage.base import Fence, Notification
 from storage.batching import Batcher
 from storage.dsn import redact_dsn
 from storage.opening import Opening
@@ -190,6 +190,17 @@ class PostgresConnections:
 
     def took_over(self, conversation_id: int) -> bool:
         return self._instances.took_over(conversation_id)
+
+    def fence(self, conversation_id: int) -> Fence | None:
+        """The held lease as the token its runs' writes carry (`postgres_fencing`)."""
+        return self._instances.fence(conversation_id)
+
+    def fresh(self, fence: Fence) -> bool:
+        """Whether the lease may still be ours by this instance's own clock."""
+        return self._instances.fresh(fence)
+
+    def let_lapse(self, conversation_id: int) -> None:
+        self._instances.let_lapse(conversation_id)
 
     async def release_lease(self, conversation_id: int) -> None:
         if not self._closed:

@@ -15,9 +15,17 @@ import json
 
 import asyncpg
 
+from storage import postgres_fencing as fencing
 from storage import postgres_statements as pg_statements
 from storage import rows
-from storage.records import Compaction, Conversation, LoadedConversation, StoredMessage
+from storage.records import (
+    Compaction,
+    Conversation,
+    Fence,
+    FencedOut,
+    LoadedConversation,
+    StoredMessage,
+)
 
 
 async def get_or_create(
@@ -119,22 +127,29 @@ async def add_compaction(
     up_to_seq: int,
     details_json: str,
     now: float,
+    fence: Fence | None = None,
 ) -> Compaction:
-    """Stored only if messages 1..`up_to_seq` exist (`ValueError` otherwise)."""
+    """Stored only if messages 1..`up_to_seq` exist (`ValueError` otherwise) and the fence,
+    if any, holds (`FencedOut` otherwise)."""
     row = await connection.fetchrow(
         "WITH c AS (SELECT last_seq FROM conversations WHERE id = $1), "
+        f"f AS (SELECT {fencing.held('$1', '$6', '$7')} AS held), "
         "added AS (INSERT INTO compactions (conversation_id, summary, up_to_seq, "
         "details, created_at) SELECT $1, $2, $3::bigint, $4::jsonb, $5 FROM c "
-        "WHERE $3::bigint > 0 AND $3::bigint <= c.last_seq RETURNING id) "
-        "SELECT c.last_seq, (SELECT id FROM added) FROM c",
+        "WHERE $3::bigint > 0 AND $3::bigint <= c.last_seq AND (SELECT held FROM f) "
+        "RETURNING id) "
+        "SELECT c.last_seq, (SELECT id FROM added), (SELECT held FROM f) FROM c",
         conversation_id,
         summary,
         up_to_seq,
         details_json,
         now,
+        *fencing.args(fence),
     )
     if row is None:
         raise KeyError(f"no conversation with id {conversation_id}")
+    if not row[2]:
+        raise FencedOut(conversation_id, "compacting")
     if row[1] is None:
         raise ValueError(
             f"up_to_seq {up_to_seq} is outside the conversation's messages 1..{row[0]}"

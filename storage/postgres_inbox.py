@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import asyncpg
 
 from core.messages import Message, UserMessage
+from storage import postgres_fencing as fencing
 from storage import postgres_statements as pg_statements
 from storage import rows
 from storage.postgres_instances import Instances
-from storage.records import Accepted, InboxItem, StoredMessage
+from storage.records import Accepted, Fence, FencedOut, InboxItem, StoredMessage
 
 
 class Repeated(Exception):
@@ -136,29 +137,43 @@ async def deliver(
     now: float,
     run_id: int | None,
     known: dict[int, Message],
+    fence: Fence | None = None,
 ) -> list[StoredMessage]:
     try:
-        row = await connection.fetchrow(pg_statements.DELIVER, conversation_id, ids, now, run_id)
+        row = await connection.fetchrow(
+            pg_statements.DELIVER, conversation_id, ids, now, run_id, *fencing.args(fence)
+        )
     except asyncpg.ForeignKeyViolationError:
         raise KeyError(f"no run with id {run_id}") from None
     return pg_statements.delivered(conversation_id, row, known)
 
 
 async def drop(
-    connection: asyncpg.Connection, conversation_id: int, ids: list[int], reason: str, now: float
+    connection: asyncpg.Connection,
+    conversation_id: int,
+    ids: list[int],
+    reason: str,
+    now: float,
+    fence: Fence | None = None,
 ) -> None:
-    # One statement: writes nothing unless every id is this conversation's.
-    known = await connection.fetchval(
+    # One statement: writes nothing unless every id is this conversation's (and the fence,
+    # if any, holds).
+    row = await connection.fetchrow(
         "WITH known AS (SELECT id FROM inbox WHERE id = ANY($1::bigint[]) "
-        "AND conversation_id = $2), "
+        f"AND conversation_id = $2), f AS (SELECT {fencing.held('$2', '$5', '$6')} AS held), "
         "dropped AS (UPDATE inbox SET state = 'dropped', settled_at = $3, reason = $4 "
-        "WHERE id IN (SELECT id FROM known) AND state = 'pending' "
+        "WHERE id IN (SELECT id FROM known) AND state = 'pending' AND (SELECT held FROM f) "
         "AND (SELECT count(*) FROM known) = cardinality($1::bigint[])) "
-        "SELECT count(*) FROM known",
+        "SELECT (SELECT count(*) FROM known), (SELECT held FROM f)",
         ids,
         conversation_id,
         now,
         reason,
+        *fencing.args(fence),
     )
+    assert row is not None
+    known = row[0]
+    if not row[1]:
+        raise FencedOut(conversation_id, "dropping")
     if int(known) != len(ids):
         raise KeyError(f"unknown inbox items among {ids} in {conversation_id}")

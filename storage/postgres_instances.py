@@ -5,10 +5,17 @@ clock, renewed for all of them at once by one heartbeat statement), and the dedi
 connection that LISTENs for what other instances do (docs/architecture.md, "Several
 instances"; why a lease row and not an advisory lock is explained there).
 
-- A lease is a row `conversation_leases(conversation_id, holder, expires_at)`. Acquiring is one
-  upsert that succeeds if nobody holds it, we do, or the holder let it expire; the heartbeat
-  renews every lease we hold in ONE statement every `ttl / 3`, and a lease missing from its
-  answer was lost (we stalled past the expiry): that is reported as `LeaseLost`.
+- A lease is a row `conversation_leases(conversation_id, holder, expires_at, epoch)`.
+  Acquiring is one upsert that succeeds if nobody holds it, we do, or the holder let it
+  expire; the heartbeat renews every lease we hold in ONE statement every `ttl / 3`, and a
+  lease missing from its answer was lost (we stalled past the expiry): that is reported as
+  `LeaseLost`.
+- Fencing: an acquisition that does not find the lease held here draws a new epoch (one
+  sequence), and `fence()` hands the runs the epoch got; their writes are refused unless the
+  row still names this holder and epoch (the statements: `postgres_fencing`). `fresh()` is
+  the same question asked of this instance's own clock, without the database: the time since
+  the last acquisition or renewal that succeeded (measured from when it was sent, on a clock
+  that keeps counting while the process or the machine is paused) is under the lease's life.
 - Notifications travel on one channel per schema. `NOTIFY` is transactional, so the inbox's
   notice is sent inside `accept_delivery`'s transaction (`notify_sql`): delivered on commit,
   never for a rolled-back accept. An instance ignores its own. If the listening connection
@@ -29,13 +36,14 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
 
-from storage.base import LeaseLost, NewInboxItem, Notification, Resync, StopRequest
+from storage.base import Fence, LeaseLost, NewInboxItem, Notification, Resync, StopRequest
 from storage.postgres_pool import Pool
 
 log = logging.getLogger(__name__)
@@ -53,6 +61,15 @@ KEEPALIVES = {
 }
 
 
+def lease_clock() -> float:
+    """Seconds on a clock that never goes back and keeps counting while the process is
+    stopped or the machine suspended (Linux's boot time; elsewhere the monotonic clock): a
+    lease's life by this instance's own reckoning."""
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.monotonic()
+
+
 def channel_for(schema: str) -> str:
     """Schemas share a database's NOTIFY namespace: one channel per schema (63 bytes max)."""
     return f"teammate_{schema}"[:63]
@@ -61,7 +78,14 @@ def channel_for(schema: str) -> str:
 class Instances:
     """This instance's leases and notifications on one database (one per `PostgresStore`)."""
 
-    def __init__(self, pool: Pool, url: str, schema: str, lease_ttl_s: float) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        url: str,
+        schema: str,
+        lease_ttl_s: float,
+        clock: Callable[[], float] = lease_clock,
+    ) -> None:
         self._pool = pool
         self._url = url
         self.channel = channel_for(schema)
@@ -73,6 +97,9 @@ class Instances:
         # was not in that renewal, and is not lost for it.
         self._taken: dict[int, int] = {}
         self._takings = itertools.count()
+        self._epochs: dict[int, int] = {}  # each held lease's epoch, for `fence()`
+        self._renewed: dict[int, float] = {}  # when its last acquisition or renewal was sent
+        self._clock = clock
         self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
         self._overflowed = False
         self._listener: asyncio.Task[None] | None = None
@@ -85,31 +112,62 @@ class Instances:
     # --- leases ---------------------------------------------------------------------------
 
     async def acquire(self, conversation_id: int) -> bool:
-        got = await self._pool.fetchval(
+        sent = self._clock()
+        keep = conversation_id in self._held  # renewing ours keeps the epoch its runs carry
+        found = await self._pool.fetch(
             "INSERT INTO conversation_leases (conversation_id, holder, expires_at) "
             "VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3)) "
             "ON CONFLICT (conversation_id) DO UPDATE SET holder = EXCLUDED.holder, "
             "expires_at = EXCLUDED.expires_at, acquired_at = CASE WHEN "
             "conversation_leases.holder = EXCLUDED.holder THEN conversation_leases.acquired_at "
-            "ELSE clock_timestamp() END "
+            "ELSE clock_timestamp() END, epoch = CASE WHEN $4 AND "
+            "conversation_leases.holder = EXCLUDED.holder THEN conversation_leases.epoch "
+            "ELSE nextval('lease_epochs') END "
             "WHERE conversation_leases.holder = EXCLUDED.holder "
             "OR conversation_leases.expires_at < clock_timestamp() "
             # xmax is 0 for a row just inserted, not for one updated: a row there already
-            # and not ours was another holder's, expired (a released lease has no row).
-            "RETURNING xmax <> 0",
+            # and not ours was another holder's, expired (a released lease has no row), or
+            # ours let lapse (its runs were stopped without being closed).
+            "RETURNING xmax <> 0, epoch",
             conversation_id,
             self.instance_id,
             self.lease_ttl_s,
+            keep,
         )
-        if got is not None:
-            if got and conversation_id not in self._held:
+        row = found[0] if found else None
+        if row is not None:
+            if row[0] and conversation_id not in self._held:
                 self._taken_over.add(conversation_id)
             else:
                 self._taken_over.discard(conversation_id)
             self._held.add(conversation_id)
             self._taken[conversation_id] = next(self._takings)
+            self._epochs[conversation_id] = int(row[1])
+            self._renewed[conversation_id] = sent
             self._start_heartbeat()
-        return got is not None
+        return row is not None
+
+    def fence(self, conversation_id: int) -> Fence | None:
+        epoch = self._epochs.get(conversation_id)
+        if epoch is None or conversation_id not in self._held:
+            return None
+        return Fence(conversation_id, self.instance_id, epoch)
+
+    def fresh(self, fence: Fence) -> bool:
+        cid = fence.conversation_id
+        if cid not in self._held or self._epochs.get(cid) != fence.epoch:
+            return False  # lost, let lapse, or taken again since under another epoch
+        return self._clock() - self._renewed.get(cid, float("-inf")) < self.lease_ttl_s
+
+    def let_lapse(self, conversation_id: int) -> None:
+        self._forget(conversation_id)
+
+    def _forget(self, conversation_id: int) -> None:
+        self._held.discard(conversation_id)
+        self._taken_over.discard(conversation_id)
+        self._taken.pop(conversation_id, None)
+        self._epochs.pop(conversation_id, None)
+        self._renewed.pop(conversation_id, None)
 
     def took_over(self, conversation_id: int) -> bool:
         """True if the lease this instance holds was taken from another holder whose lease had
@@ -117,9 +175,7 @@ class Instances:
         return conversation_id in self._taken_over and conversation_id in self._held
 
     async def release(self, conversation_id: int) -> None:
-        self._held.discard(conversation_id)
-        self._taken_over.discard(conversation_id)
-        self._taken.pop(conversation_id, None)
+        self._forget(conversation_id)
         await self._pool.execute(
             "DELETE FROM conversation_leases WHERE conversation_id = $1 AND holder = $2",
             conversation_id,
@@ -137,6 +193,7 @@ class Instances:
                 if not self._held:
                     continue
                 asked = {cid: self._taken.get(cid) for cid in self._held}
+                sent = self._clock()
                 try:
                     kept = await self._renew()
                 except (
@@ -148,30 +205,38 @@ class Instances:
                     log.warning("could not renew conversation leases: %s", exc)
                     self._drop_heartbeat_connection()
                     continue
+                for conversation_id in kept & self._held:
+                    renewed = self._renewed.get(conversation_id, sent)
+                    self._renewed[conversation_id] = max(renewed, sent)
                 for conversation_id in sorted(self._held - kept):
                     if self._taken.get(conversation_id) != asked.get(conversation_id, -1):
                         continue  # taken (again) while the renewal was on its way
                     log.warning("lost the lease of conversation %s", conversation_id)
-                    self._held.discard(conversation_id)
-                    self._taken.pop(conversation_id, None)
+                    self._forget(conversation_id)
                     self._put(LeaseLost(conversation_id))
         finally:
             self._drop_heartbeat_connection()
 
     async def _renew(self) -> set[int]:
-        """Renew every lease this instance holds (one statement); the conversations renewed.
+        """Renew the leases this instance holds (one statement); the conversations renewed.
+        Only those: one let lapse keeps its row, and must expire.
 
         On a connection of its own, not the pool's: behind a busy pool (every running
         conversation queues its statements there) a renewal can wait longer than a lease
         lives, and another instance would take over conversations this live one runs."""
         if self._beat_connection is None or self._beat_connection.is_closed():
             self._beat_connection = await asyncpg.connect(self._url, timeout=self.lease_ttl_s)
+        # Rows locked in conversation order, as fenced writes lock them: never a deadlock.
         rows = await self._beat_connection.fetch(
             "UPDATE conversation_leases "
             "SET expires_at = clock_timestamp() + make_interval(secs => $2) "
-            "WHERE holder = $1 RETURNING conversation_id",
+            "WHERE conversation_id IN (SELECT conversation_id FROM conversation_leases "
+            "WHERE holder = $1 AND conversation_id = ANY($3::bigint[]) "
+            "ORDER BY conversation_id FOR UPDATE) AND holder = $1 "
+            "RETURNING conversation_id",
             self.instance_id,
             self.lease_ttl_s,
+            sorted(self._held),
             timeout=self.lease_ttl_s,
         )
         return {int(row[0]) for row in rows}

@@ -243,6 +243,17 @@ MIGRATIONS: list[PgMigration] = [
             WHERE pending_due_at IS NOT NULL;
         """,
     ),
+    PgMigration(
+        # Fencing: a lease's epoch grows whenever it changes hands (from one sequence, so also
+        # across a release and a new acquisition), and a run's writes carry the epoch they
+        # were started under: docs/architecture.md, "Several instances".
+        "m007_lease_epochs",
+        """
+        CREATE SEQUENCE lease_epochs;
+        ALTER TABLE conversation_leases
+            ADD COLUMN epoch BIGINT NOT NULL DEFAULT nextval('lease_epochs');
+        """,
+    ),
 ]
 
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import asyncpg
 
 from core.messages import Message, Usage
+from storage import postgres_fencing as fencing
 from storage import postgres_statements as pg_statements
 from storage import rows
-from storage.records import RunRecord
+from storage.records import Fence, FencedOut, RunRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class StartRunCall:
     deliver: list[int]  # inbox items delivered to the run in the same statement
     known: dict[int, Message]  # their messages this store still holds: not parsed again
     now: float
+    fence: Fence | None = None  # the lease the run starts under: written only while it holds
 
 
 def _started(call: StartRunCall, run_id: int, key: str, channel_key: str | None) -> RunRecord:
@@ -65,6 +67,7 @@ async def start(connection: asyncpg.Connection, call: StartRunCall) -> RunRecord
             call.model,
             call.surface_json,
             call.owner_json,
+            *fencing.args(call.fence),
         )
         pg_statements.delivered(call.conversation_id, row, call.known)
         assert row is not None
@@ -73,8 +76,8 @@ async def start(connection: asyncpg.Connection, call: StartRunCall) -> RunRecord
         "INSERT INTO runs (conversation_id, outcome, started_at, user_id, channel_key, "
         "model, surface_ref, owner) "
         "SELECT id, 'running', $2, $3, COALESCE($4, channel_key), $5, $6::jsonb, "
-        "$7::jsonb FROM conversations WHERE id = $1 RETURNING id, channel_key, "
-        "(SELECT key FROM conversations WHERE id = $1)",
+        f"$7::jsonb FROM conversations WHERE id = $1 AND {fencing.held('$1', '$8', '$9')} "
+        "RETURNING id, channel_key, (SELECT key FROM conversations WHERE id = $1)",
         call.conversation_id,
         call.now,
         call.user_id,
@@ -82,25 +85,41 @@ async def start(connection: asyncpg.Connection, call: StartRunCall) -> RunRecord
         call.model,
         call.surface_json,
         call.owner_json,
+        *fencing.args(call.fence),
     )
+    if row is None and call.fence is not None:  # a fence exists only for a known conversation
+        raise FencedOut(call.conversation_id, "starting a run")
     if row is None:
         raise KeyError(f"no conversation with id {call.conversation_id}")
     return _started(call, int(row[0]), str(row[2]), row[1])
 
 
 async def finish(
-    connection: asyncpg.Connection, run_id: int, outcome: str, error: str | None, now: float
+    connection: asyncpg.Connection,
+    run_id: int,
+    outcome: str,
+    error: str | None,
+    now: float,
+    fence: Fence | None = None,
 ) -> RunRecord:
-    row = await connection.fetchrow(pg_statements.FINISH_RUN, outcome, error, now, run_id)
-    if row is None:  # finished already (the first finish wins), or unknown
+    row = await connection.fetchrow(
+        pg_statements.FINISH_RUN, outcome, error, now, run_id, *fencing.args(fence)
+    )
+    if row is None:  # finished already (the first finish wins), unknown, or fenced out
+        await fencing.refuse_if_lost(connection, fence, "finishing a run")
         return await pg_statements.run_by_id(connection, run_id)
     return rows.run_record(row)
 
 
-async def set_surface_ref(connection: asyncpg.Connection, run_id: int, ref_json: str) -> RunRecord:
+async def set_surface_ref(
+    connection: asyncpg.Connection, run_id: int, ref_json: str, fence: Fence | None = None
+) -> RunRecord:
     # One statement: a run's ref changes a few times per answer (its messages posted).
-    row = await connection.fetchrow(pg_statements.SET_SURFACE_REF, ref_json, run_id)
+    row = await connection.fetchrow(
+        pg_statements.SET_SURFACE_REF, ref_json, run_id, *fencing.args(fence)
+    )
     if row is None:
+        await fencing.refuse_if_lost(connection, fence, "storing where a run is shown")
         raise KeyError(f"no run with id {run_id}")
     return rows.run_record(row)
 

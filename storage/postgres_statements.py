@@ -16,7 +16,8 @@ from typing import Any
 import asyncpg
 
 from core.messages import Message, Usage, UserMessage, load_message
-from storage.base import RunRecord, StoredMessage
+from storage import postgres_fencing as fencing
+from storage.base import Fence, FencedOut, RunRecord, StoredMessage
 from storage.rows import CONVERSATION_COLUMNS, USAGE_SUMS, run_record
 
 # A run with its usage: a running run's is the ledger so far, a finished one's was totalled
@@ -38,11 +39,13 @@ RUN_SELECT = f"""
 # how many (a row lock that orders concurrent appends) and inserts them in the order given;
 # with `$10` true, also one usage ledger entry for run `$2` (a model reply's), only if the
 # conversation exists. $1 conversation, $2 run, $3 now, $4..$8 one array per column, $9 the
-# reply's model, $10 charge?, $11..$15 tokens and cost. Returns the first new seq.
-APPEND = """
+# reply's model, $10 charge?, $11..$15 tokens and cost, $16 $17 the fence (NULL: none).
+# Returns the first new seq (nothing: unknown conversation, or fenced out).
+APPEND = f"""
     WITH c AS (
         UPDATE conversations SET last_seq = last_seq + cardinality($4::text[]), updated_at = $3
-        WHERE id = $1 RETURNING last_seq - cardinality($4::text[]) AS base
+        WHERE id = $1 AND {fencing.held("$1", "$16", "$17")}
+        RETURNING last_seq - cardinality($4::text[]) AS base
     ), m AS (
         INSERT INTO messages (conversation_id, seq, role, author_id, author_name,
                               platform_message_id, run_id, created_at, body)
@@ -63,8 +66,9 @@ APPEND = """
 # Delivers inbox items `$2` (distinct ids, in the loop's order) to history in ONE statement:
 # locks them (two instances delivering one item deliver it once), skips settled ones, and
 # writes nothing unless every id is conversation `$1`'s. `{run}` is `$4` (a known run) or, for
-# `start_run`, the run this very statement records. Answers: all known?, the run id, the
-# run's channel, the conversation's key, the first new seq, delivered ids and their bodies.
+# `start_run`, the run this very statement records; `{holder}` `{epoch}` the fence (NULL:
+# none; fenced out, nothing is written). Answers: all known?, the run id, the run's channel,
+# the conversation's key, the first new seq, delivered ids and their bodies, fence held?
 _DELIVER = """
     WITH wanted AS (
         SELECT w.id, w.n FROM unnest($2::bigint[]) WITH ORDINALITY AS w (id, n)
@@ -74,14 +78,16 @@ _DELIVER = """
         WHERE i.conversation_id = $1
         ORDER BY i.id FOR UPDATE OF i  -- one lock order for every deliverer: no deadlock
     ), ok AS (
-        SELECT (SELECT count(*) FROM known) = cardinality($2::bigint[]) AS all_known
+        SELECT (SELECT count(*) FROM known) = cardinality($2::bigint[]) AS all_known,
+               {held} AS fence_held
     ), todo AS (
         SELECT k.*, row_number() OVER (ORDER BY k.n) AS k FROM known k
         WHERE k.state = 'pending'
     ){run_cte}, c AS (
         UPDATE conversations SET last_seq = last_seq + (SELECT count(*) FROM todo),
             updated_at = $3
-        WHERE id = $1 AND (SELECT all_known FROM ok) AND EXISTS (SELECT 1 FROM todo)
+        WHERE id = $1 AND (SELECT all_known AND fence_held FROM ok)
+            AND EXISTS (SELECT 1 FROM todo)
         RETURNING last_seq - (SELECT count(*) FROM todo) AS base
     ), m AS (
         INSERT INTO messages (conversation_id, seq, role, author_id, author_name,
@@ -97,20 +103,24 @@ _DELIVER = """
     SELECT (SELECT all_known FROM ok), {run}, {run_channel},
            (SELECT key FROM conversations WHERE id = $1), (SELECT base FROM c),
            array(SELECT t.id FROM todo t ORDER BY t.k),
-           array(SELECT t.body FROM todo t ORDER BY t.k)
+           array(SELECT t.body FROM todo t ORDER BY t.k), (SELECT fence_held FROM ok)
 """
-DELIVER = _DELIVER.format(run_cte="", run="$4::bigint", run_channel="NULL::text")
-# $4 user, $5 channel (NULL: the conversation's), $6 model, $7 surface_ref, $8 owner.
+DELIVER = _DELIVER.format(
+    run_cte="", run="$4::bigint", run_channel="NULL::text", held=fencing.held("$1", "$5", "$6")
+)
+# $4 user, $5 channel (NULL: the conversation's), $6 model, $7 surface_ref, $8 owner, $9 $10
+# the fence.
 START_RUN_DELIVERING = _DELIVER.format(
     run_cte=""", r AS (
         INSERT INTO runs (conversation_id, outcome, started_at, user_id, channel_key, model,
                           surface_ref, owner)
         SELECT id, 'running', $3, $4, COALESCE($5, channel_key), $6, $7::jsonb, $8::jsonb
-        FROM conversations WHERE id = $1 AND (SELECT all_known FROM ok)
+        FROM conversations WHERE id = $1 AND (SELECT all_known AND fence_held FROM ok)
         RETURNING id, channel_key
     )""",
     run="(SELECT id FROM r)",
     run_channel="(SELECT channel_key FROM r)",
+    held=fencing.held("$1", "$9", "$10"),
 )
 
 
@@ -157,20 +167,26 @@ ACCEPT = f"""
 
 
 # Replaces a run's surface ref and answers its `RUN_SELECT`-shaped row (none for an unknown
-# run): the write and the read in ONE statement, one round trip. $1 ref (json), $2 run.
-SET_SURFACE_REF = "WITH updated AS (UPDATE runs SET surface_ref = $1::jsonb WHERE id = $2 " + (
-    "RETURNING *) " + RUN_SELECT.replace("FROM runs r", "FROM updated r", 1)
+# run, or a fenced-out one): the write and the read in ONE statement, one round trip. $1 ref
+# (json), $2 run, $3 $4 the fence.
+SET_SURFACE_REF = (
+    "WITH updated AS (UPDATE runs SET surface_ref = $1::jsonb WHERE id = $2 AND "
+    + fencing.held("runs.conversation_id", "$3", "$4")
+    + " RETURNING *) "
+    + RUN_SELECT.replace("FROM runs r", "FROM updated r", 1)
 )
 
 
 # Closes a running run, totalling its usage from the ledger: a `RUN_SELECT`-shaped row, or
-# none if it was not running. $1 outcome, $2 error, $3 now, $4 run.
+# none if it was not running (or the fence did not hold). $1 outcome, $2 error, $3 now, $4
+# run, $5 $6 the fence.
 FINISH_RUN = f"""
     UPDATE runs r SET outcome = $1, error = $2, finished_at = $3,
         (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd)
         = (SELECT {USAGE_SUMS} FROM usage_ledger WHERE run_id = $4)
     FROM conversations c
     WHERE r.id = $4 AND r.outcome = 'running' AND c.id = r.conversation_id
+        AND {fencing.held("r.conversation_id", "$5", "$6")}
     RETURNING r.id, r.conversation_id, c.key, r.outcome, r.started_at, r.finished_at,
               r.user_id, r.channel_key, r.model, r.error, r.surface_ref, r.owner,
               r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens,
@@ -182,9 +198,12 @@ def delivered(
     conversation_id: int, row: Sequence[Any] | None, known: dict[int, Message]
 ) -> list[StoredMessage]:
     """The messages a `DELIVER`/`START_RUN_DELIVERING` row says were delivered; KeyError if
-    some item was not the conversation's (then nothing was written)."""
+    some item was not the conversation's, FencedOut if the fence did not hold (then nothing
+    was written)."""
     if row is None or row[3] is None:
         raise KeyError(f"no conversation with id {conversation_id}")
+    if not row[7]:
+        raise FencedOut(conversation_id, "delivering")
     if not row[0]:
         raise KeyError(f"unknown inbox items in conversation {conversation_id}")
     ids, bodies, base = row[5], row[6], row[4]
@@ -223,9 +242,11 @@ async def append_many(
     now: float,
     usage: Usage | None = None,
     model: str | None = None,
+    fence: Fence | None = None,
 ) -> int:
     """Append `(message, JSON)` pairs as the next seqs (with `usage`: its ledger entry for
-    `run_id` in the same statement); return the first one's seq."""
+    `run_id` in the same statement); return the first one's seq. With `fence`, only while
+    it holds (`FencedOut` else: nothing written)."""
     charge = usage or Usage()
     try:
         first = await connection.fetchval(
@@ -241,9 +262,12 @@ async def append_many(
             charge.cache_read,
             charge.cache_write,
             charge.cost,
+            *fencing.args(fence),
         )
     except asyncpg.ForeignKeyViolationError:
         raise KeyError(f"no run with id {run_id}") from None
+    if first is None and fence is not None:  # a fence exists only for a known conversation
+        raise FencedOut(conversation_id, "appending")
     if first is None:
         raise KeyError(f"no conversation with id {conversation_id}")
     return int(first)

@@ -2,8 +2,9 @@
 
 Owns: the frozen dataclasses `ConversationStore` methods hand back (conversations, messages,
 compactions, runs, inbox items, usage and feedback tallies, a channel's memory notes and
-schedules), their literal types, and the storage errors (`SchemaError`, `DatabaseDamaged`,
-`MemoryFull`, `TooManySchedules`). Records carry `core` messages, never rows; `storage.rows`
+schedules), their literal types, a lease's `Fence` (the token a run's writes carry), and the
+storage errors (`SchemaError`, `DatabaseDamaged`, `MemoryFull`, `TooManySchedules`,
+`FencedOut`). Records carry `core` messages, never rows; `storage.rows`
 makes them from rows. `storage.base` re-exports every name, so callers import them from there.
 
 Must not: run SQL or know a backend; import `tools` or `bots`.
@@ -164,6 +165,27 @@ class Schedule:
     pending_due_at: float | None = None
     pending_since: float | None = None
     pending_attempts: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class Fence:
+    """The lease a run's writes are fenced with (several instances on one database): the
+    conversation, this instance as its holder, and the epoch its acquisition got. The epoch
+    grows whenever the lease changes hands, so a write carrying an older one is refused in
+    the statement that would make it (docs/architecture.md, "Several instances")."""
+
+    conversation_id: int
+    holder: str
+    epoch: int
+
+
+class FencedOut(RuntimeError):
+    """A run's write was refused, or its next step not taken: the lease it carries is no
+    longer this instance's (another instance took the conversation over, or may have)."""
+
+    def __init__(self, conversation_id: int, what: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f"{what} refused: conversation {conversation_id}'s lease was lost")
 
 
 class MemoryFull(ValueError):

@@ -50,6 +50,7 @@ from storage.records import (
     Compaction,
     Conversation,
     FeedbackTally,
+    Fence,
     InboxItem,
     LoadedConversation,
     MemoryNote,
@@ -122,6 +123,7 @@ class SqliteStore(SqliteConnections):
         run_id: int | None = None,
         usage: Usage | None = None,
         model: str | None = None,
+        fence: Fence | None = None,  # one process: nobody to fence out (storage.base)
     ) -> StoredMessage:
         """Append `message` as the conversation's next seq; committed when this returns.
 
@@ -218,7 +220,12 @@ class SqliteStore(SqliteConnections):
         return await self._read(inbox.read_pending_conversations)
 
     async def deliver(
-        self, conversation_id: int, item_ids: Sequence[int], *, run_id: int | None = None
+        self,
+        conversation_id: int,
+        item_ids: Sequence[int],
+        *,
+        run_id: int | None = None,
+        fence: Fence | None = None,
     ) -> list[StoredMessage]:
         """Append the pending items' messages to history in the order given and mark them
         delivered, in one transaction; items already settled are skipped."""
@@ -230,7 +237,14 @@ class SqliteStore(SqliteConnections):
         self._accepted.forget(ids)
         return stored
 
-    async def drop(self, conversation_id: int, item_ids: Sequence[int], reason: str) -> None:
+    async def drop(
+        self,
+        conversation_id: int,
+        item_ids: Sequence[int],
+        reason: str,
+        *,
+        fence: Fence | None = None,
+    ) -> None:
         """Mark pending items as not to be answered; they never enter history."""
         ids = list(item_ids)
         await self._write(inbox.DROP, (conversation_id, ids, reason, self._clock()))
@@ -248,13 +262,11 @@ class SqliteStore(SqliteConnections):
         surface_ref: dict[str, Any] | None = None,
         owner: dict[str, Any] | None = None,
         deliver: Sequence[int] = (),
+        fence: Fence | None = None,
     ) -> RunRecord:
-        """Record a run as "running". `channel_key` defaults to the conversation's.
-
-        `deliver`: inbox items to deliver to the new run in the same transaction, exactly as
-        `deliver(conversation_id, items, run_id=<the new run>)` would (same order, same
-        errors: an unknown item raises `KeyError` and no run is recorded).
-        """
+        """Record a run as "running" (`channel_key`: the conversation's by default), and
+        deliver `deliver` to it in the same transaction, as `deliver` would (an unknown item:
+        `KeyError`, and no run is recorded)."""
         ids = list(deliver)
         call = runs.StartRunCall(
             conversation_id=conversation_id,
@@ -275,18 +287,22 @@ class SqliteStore(SqliteConnections):
         return record
 
     async def finish_run(
-        self, run_id: int, outcome: RunOutcome, *, error: str | None = None
+        self,
+        run_id: int,
+        outcome: RunOutcome,
+        *,
+        error: str | None = None,
+        fence: Fence | None = None,
     ) -> RunRecord:
-        """Close a run with `outcome`, totalling its usage from the ledger.
-
-        The first finish wins: finishing a run that is already finished changes nothing and
-        returns it as it was (a late "done" cannot overwrite "aborted").
-        """
+        """Close a run with `outcome`, totalling its usage from the ledger. The first finish
+        wins: a finished run is returned as it was (a late "done" cannot overwrite "aborted")."""
         if outcome == "running" or outcome not in rows.OUTCOMES:
             raise ValueError(f"a run cannot finish as {outcome!r}")
         return await self._write(runs.FINISH_RUN, (run_id, outcome, error, self._clock()))
 
-    async def set_run_surface_ref(self, run_id: int, ref: dict[str, Any]) -> RunRecord:
+    async def set_run_surface_ref(
+        self, run_id: int, ref: dict[str, Any], *, fence: Fence | None = None
+    ) -> RunRecord:
         """Replace where a run is shown (e.g. the message ts a surface learned on its first
         post), so that recovery after a restart can edit that message."""
         return await self._write(runs.SURFACE_REF, (rows.dump_json(ref), run_id))
@@ -303,6 +319,8 @@ class SqliteStore(SqliteConnections):
         summary: str,
         up_to_seq: int,
         details: dict[str, Any] | None = None,
+        *,
+        fence: Fence | None = None,
     ) -> Compaction:
         """Store `summary` as standing in for messages 1..`up_to_seq` (which must exist)."""
         call = conversations.CompactionCall(

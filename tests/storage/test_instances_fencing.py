@@ -7,18 +7,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from bots.runner import QUEUED_TEXT
+from core.messages import AssistantMessage, Text
 from core.models.scripted import Reply, ScriptedModel, call
-from storage.base import RunRecord
+from storage.base import Fence, FencedOut, RunRecord
 from storage.postgres import PostgresStore
-from tests.bots.runner_helpers import BOB, KEY, incoming
+from tests.bots.runner_helpers import BOB, CHANNEL, KEY, incoming
 from tests.fakes.gate_tool import GateTool
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
-from tests.storage.test_instances_runner import history, make_runner, said, started
+from tests.storage.test_instances_runner import (
+    history,
+    incoming_message,
+    make_runner,
+    said,
+    started,
+)
 
 LIMIT_S = 30.0  # a hang guard, not a speed check
 TTL_S = 2.0  # short, so B may take over soon; long enough for a loaded machine's heartbeats
@@ -89,3 +97,114 @@ async def test_an_instance_paused_in_a_tool_past_its_lease_does_nothing_after_th
         gate.opened.set()
         await a.close()
         await b.close()
+
+
+# --- the store: every write of a run is fenced with its lease ---------------------------------
+
+
+@dataclass
+class Lapsed:
+    """A held the conversation (its run started, a second item pending); its lease expired
+    (the heartbeat frozen) and B took the conversation over."""
+
+    a: PostgresStore
+    b: PostgresStore
+    conversation_id: int
+    run_id: int
+    item_id: int
+    fence: Fence  # A's, from before the takeover
+
+
+@pytest.fixture
+async def lapsed(pg_url: str) -> AsyncIterator[Lapsed]:
+    async with (
+        PostgresStore.open(pg_url, lease_ttl_s=0.5) as a,
+        PostgresStore.open(pg_url, lease_ttl_s=TTL_S) as b,
+    ):
+        first = await a.accept_delivery(
+            KEY, incoming_message("one"), channel_key=CHANNEL, delivery_id="d1"
+        )
+        second = await a.accept_delivery(
+            KEY, incoming_message("two"), channel_key=CHANNEL, delivery_id="d2"
+        )
+        assert first is not None and second is not None
+        conversation_id = first.conversation.id
+        assert await a.acquire_lease(conversation_id)
+        fence = a.fence(conversation_id)
+        assert fence is not None
+        run = await a.start_run(conversation_id, deliver=[first.item.id], fence=fence)
+        await freeze_heartbeat(a)
+        for _ in range(int(LIMIT_S / 0.05)):
+            if await b.acquire_lease(conversation_id):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("B never took the lease")
+        yield Lapsed(a, b, conversation_id, run.id, second.item.id, fence)
+
+
+async def test_a_takeover_draws_a_newer_epoch_a_renewal_keeps_it_and_the_old_clock_knows(
+    lapsed: Lapsed,
+) -> None:
+    b, conversation_id = lapsed.b, lapsed.conversation_id
+    new = b.fence(conversation_id)
+    assert new is not None and new.epoch > lapsed.fence.epoch and new.holder != lapsed.fence.holder
+    assert await b.acquire_lease(conversation_id)  # renewing its own
+    assert b.fence(conversation_id) == new
+    assert b.fresh(new)
+    # A heard nothing (its heartbeat is frozen), but by its own clock a lease's life went by.
+    assert not lapsed.a.fresh(lapsed.fence)
+
+
+async def test_every_write_of_a_run_whose_lease_was_taken_is_refused_and_writes_nothing(
+    lapsed: Lapsed,
+) -> None:
+    a, b, stale = lapsed.a, lapsed.b, lapsed.fence
+    conversation_id, run_id, item_id = lapsed.conversation_id, lapsed.run_id, lapsed.item_id
+    before = await b.load(conversation_id)
+    reply = AssistantMessage(content=[Text(text="late")])
+    writes = {
+        "append": a.append_message(conversation_id, reply, run_id=run_id, fence=stale),
+        "deliver": a.deliver(conversation_id, [item_id], run_id=run_id, fence=stale),
+        "drop": a.drop(conversation_id, [item_id], "stopped", fence=stale),
+        "finish": a.finish_run(run_id, "done", fence=stale),
+        "surface": a.set_run_surface_ref(run_id, {"ts": "1"}, fence=stale),
+        "start": a.start_run(conversation_id, fence=stale),
+        "start delivering": a.start_run(conversation_id, deliver=[item_id], fence=stale),
+        "compact": a.add_compaction(conversation_id, "summary", 1, fence=stale),
+    }
+    for what, write in writes.items():
+        with pytest.raises(FencedOut):
+            await write
+            raise AssertionError(f"{what} landed")
+    after = await b.load(conversation_id)
+    assert after.messages == before.messages and after.compaction is None
+    assert [r.id for r in await b.running_runs()] == [run_id]  # not finished by A
+    assert [item.id for item in await b.pending(conversation_id)] == [item_id]
+    # The holder's writes land.
+    fence = b.fence(conversation_id)
+    assert (await b.finish_run(run_id, "interrupted", fence=fence)).outcome == "interrupted"
+    assert len(await b.deliver(conversation_id, [item_id], fence=fence)) == 1
+
+
+async def test_appends_grouped_in_one_statement_are_fenced_one_by_one(lapsed: Lapsed) -> None:
+    a, b, stale, conversation_id = lapsed.a, lapsed.b, lapsed.fence, lapsed.conversation_id
+    other = await b.get_or_create_conversation(KEY + ".other", channel_key=CHANNEL)
+    assert await a.acquire_lease(other.id)
+    mine = a.fence(other.id)
+    assert mine is not None
+    reply = AssistantMessage(content=[Text(text="x")])
+    # Many at once: while the first are in flight the rest are grouped into one statement.
+    outcomes = await asyncio.gather(
+        *(
+            a.append_message(conversation_id, reply, fence=stale)
+            if n % 2
+            else a.append_message(other.id, reply, fence=mine)
+            for n in range(40)
+        ),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, FencedOut) for o in outcomes[1::2])
+    assert not any(isinstance(o, BaseException) for o in outcomes[0::2])
+    assert await b.message_count(other.id) == 20
+    assert [m.seq for m in (await b.load(conversation_id)).messages] == [1]  # "one" only
