@@ -1,8 +1,9 @@
 """What a conversation's driver holds: its inbox of accepted messages and its current run.
 
 Owns: `Queued` (an accepted message with its sender's surface), `RunState` (a run's record id,
-surface, loop control and the steered messages by identity), `ConversationState` (the inbox in
-arrival order, messages being dropped by a stop, the current run, the driver task) and `Unseen`
+surface, loop control, the steered messages by identity, and whether its lease was lost),
+`ConversationState` (the inbox in arrival order, messages being dropped by a stop, the current
+run, the driver task, whether a run of it was fenced out) and `Unseen`
 (a surface for a sender nobody can show anything to any more). The runner (`bots.runner`) is
 the only user; nothing here awaits.
 """
@@ -55,6 +56,9 @@ class RunState:
         self.accepting = False  # the loop is running and takes steering
         # Steered messages by identity: the loop's message_end names the very object.
         self.steered: dict[int, Queued] = {}
+        # Its lease was lost (several instances): another instance owns the conversation, so
+        # the run does nothing more, shows nothing more (bots.runner.fencing).
+        self.fenced_out = False
 
     def new_control(self) -> RunControl:
         """A fresh control for an attempt (a retry never inherits the last one's steering)."""
@@ -68,6 +72,11 @@ class RunState:
         if self.accepting and self.control is not None:
             self.steered[id(queued.item.message)] = queued
             self.control.steer(queued.item.message)
+
+    def fence_out(self, reason: str) -> None:
+        """The lease is lost: stop the loop now (its tool calls too), quietly."""
+        self.fenced_out = True
+        self.cancel(reason)
 
     def cancel(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -88,6 +97,7 @@ class ConversationState:
         self.dropping: list[Queued] = []  # stopped: to be dropped and told
         self.drop_reason = ""
         self.run: RunState | None = None
+        self.lease_lost = False  # a run was fenced out: the driver lets go of the conversation
         self.task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()
 

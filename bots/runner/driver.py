@@ -91,6 +91,19 @@ class Drivers:
             acknowledge(queued, QUEUED_TEXT, "queued")
         state.inbox.clear()
 
+    def let_go(self, state: ConversationState) -> None:
+        """A run here was fenced out: another instance owns the conversation (or may, by
+        this one's clock), and answers what is pending. The lease is let lapse, not handed
+        back: the run it stopped is still open in the store, and whoever takes the lease next
+        (this instance too) closes it first. Nothing is said: the messages are not dropped,
+        and their senders were told they are queued when they arrived."""
+        self._shared.instances.let_lapse(state.conversation.id)
+        for queued in [*state.inbox.values(), *state.dropping]:
+            if queued.feed is not None:
+                queued.feed.close()
+        state.inbox.clear()
+        state.dropping.clear()
+
     def adopt(self, state: ConversationState) -> None:
         """Start a driver that first takes in what the store holds for the conversation."""
         self.start(state, adopt=True)
@@ -118,7 +131,7 @@ class Drivers:
             while True:
                 if state.dropping:
                     try:
-                        await shared.drop(state, None)
+                        await shared.drop(state, None, instances.fence(conversation_id))
                     except Exception:
                         # They stay pending in the store, out of this inbox: the next recovery
                         # answers them (it does not know they were stopped).
@@ -146,6 +159,9 @@ class Drivers:
                 async with self._slots.slot(state.conversation.channel_key, lead_id):
                     if state.inbox and not shared.closing:  # (a stop may have emptied it)
                         await self._runs.run(state, list(state.inbox.values()))
+                if state.lease_lost:
+                    leased = False  # let lapse, not released: see `let_go`
+                    self.let_go(state)
         except Exception:
             # Messages not yet delivered stay pending in the store: the next `recover()`
             # answers them (at the next start-up; with several instances, the next sweep).

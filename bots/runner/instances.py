@@ -88,8 +88,10 @@ class Instances:
             for state in list(active.values()):
                 if state.conversation.id == notice.conversation_id:
                     if state.run is not None:
-                        state.run.cancel(LEASE_LOST_TEXT)
-                    self._drivers.hand_over(state)
+                        # It stops at once and quietly; its driver then lets go.
+                        state.run.fence_out(LEASE_LOST_TEXT)
+                    else:
+                        self._drivers.hand_over(state)
         elif isinstance(notice, Resync):
             for state in list(active.values()):
                 await self._take_in(state)

@@ -119,6 +119,7 @@ class Recovery:
 
     async def _close_dead_run(self, run: RunRecord) -> RunRecord:
         store = self._shared.store
+        fence = self._shared.instances.fence(run.conversation_id)  # the lease taken for it
         loaded = await store.load(run.conversation_id)
         messages = [stored.message for stored in loaded.messages]
         answer = _final_answer(messages)
@@ -131,7 +132,10 @@ class Recovery:
         else:
             for call_id, name in unanswered_tool_calls(messages):
                 await store.append_message(
-                    run.conversation_id, interrupted_result(call_id, name), run_id=run.id
+                    run.conversation_id,
+                    interrupted_result(call_id, name),
+                    run_id=run.id,
+                    fence=fence,
                 )
             outcome, error = "interrupted", "interrupted by a restart"
             final_text, error_text = "", INTERRUPTED_TEXT
@@ -148,7 +152,7 @@ class Recovery:
                 await asyncio.wait_for(feed.wait(), FINAL_SHOWN_WAIT_S)
             except TimeoutError:
                 log.warning("the end of recovered run %s is not shown yet; closing it", run.id)
-        record = await store.finish_run(run.id, outcome, error=error)
+        record = await store.finish_run(run.id, outcome, error=error, fence=fence)
         log.warning("run %s in %s was %s; repaired", run.id, run.conversation_key, record.outcome)
         return record
 

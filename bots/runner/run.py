@@ -42,9 +42,11 @@ from bots.prompt import (
     system_prompt,
 )
 from bots.recovery import OWNER
+from bots.runner.fencing import FencedModel, RunFence, fenced_tools
 from bots.runner.shared import FINAL_SHOWN_WAIT_S, Shared, acknowledge
 from bots.runner.texts import (
     DELIVERED_TEXT,
+    LEASE_LOST_TEXT,
     OVERSIZED_TEXT,
     RETIRED_MODEL_TEXT,
     SUMMARISING_TEXT,
@@ -57,7 +59,7 @@ from core.messages import AssistantMessage, Message, ToolResultMessage, Usage
 from core.models.base import Model
 from core.models.catalog import retired_model
 from core.tools import AnyTool
-from storage.base import LoadedConversation, RunOutcome, RunRecord
+from storage.base import FencedOut, LoadedConversation, RunOutcome, RunRecord
 
 __all__ = ["Run", "Runs"]
 
@@ -115,6 +117,13 @@ class Runs:
         attempt = Run(self, state, run, batch)
         try:
             await attempt.answer()
+        except FencedOut as exc:
+            # Another instance owns the conversation now and shows what became of this run
+            # there: nothing is shown or stored from here (the driver lets the lease go).
+            log.warning("run %s in %s stopped: %s", run.id, key, exc)
+            run.fence_out(LEASE_LOST_TEXT)  # (a refused write: the loop may still be going)
+            run.feed.abandon()
+            state.lease_lost = True
         except Exception as exc:
             reference = new_reference()
             log.exception("run in %s failed (reference %s)", key, reference)
@@ -184,6 +193,10 @@ class Run:
         self._author = batch[0].author
         self._usage = Usage()  # what this run's replies cost (the store totals the same)
         self._overrides: ChannelConfig  # what the channel's admin set, read as the run starts
+        # The lease the driver holds (several instances): every write carries it.
+        self._fence = RunFence(
+            runs.shared.instances, run, runs.shared.instances.fence(state.conversation.id)
+        )
         # Taken off the inbox, neither delivered nor dropped yet (`Runs` puts them back if
         # the run fails before its record is made).
         self.taken: list[Queued] = []
@@ -225,6 +238,7 @@ class Run:
             return None
         record = await self._store.start_run(
             conversation.id,
+            fence=self._fence.token,
             user_id=self._author.id if self._author else None,
             channel_key=conversation.channel_key,
             model=model.info.id,
@@ -234,6 +248,7 @@ class Run:
         )
         run.id = record.id
         self.taken = []
+        self._shared.fence_refs(run.id, self._fence.token, run.feed)
         run.feed.put(RunStarted(conversation.key, run.id, self._author))
         if retired is not None:
             run.feed.put(Notice(retired_text, "warning"))
@@ -252,7 +267,9 @@ class Run:
         if refusal is None:
             return False
         assert self._run.id is not None
-        record = await self._store.finish_run(self._run.id, "error", error=refusal)
+        record = await self._store.finish_run(
+            self._run.id, "error", error=refusal, fence=self._fence.token
+        )
         self._run.feed.put(_finished(record, "", refusal))
         return True
 
@@ -267,6 +284,7 @@ class Run:
             tools = [tool for tool in tools if keeps_tool(self._overrides.tools, tool)]
         if self._runs.channel_tools is not None:
             tools += self._runs.channel_tools(conversation.channel_key)
+        tools = fenced_tools(tools, self._fence)
         prompt = self._runs.system_prompt(conversation.channel_key)
         # The channel's instructions and memory reach the model as a note appended when they
         # changed, never as an edit of what was sent (bots.prompt, "Preserved thinking").
@@ -295,7 +313,7 @@ class Run:
                 run.steer(queued)
             context = AgentContext(prompt, messages, tools)
             try:
-                end = await self._stream(context, model, control, config)
+                end = await self._stream(context, FencedModel(model, self._fence), control, config)
             finally:
                 run.accepting = False
             for added in end.messages:
@@ -329,8 +347,9 @@ class Run:
             outcome, error_text = "aborted", end.error_message
         else:
             outcome, error_text = "error", describe_model_error(last, end.error_message)
+        self._fence.check("showing the end")  # else it would show over another's
         if state.dropping:
-            await self._shared.drop(state, run.feed)
+            await self._shared.drop(state, run.feed, self._fence.token)
         final_text = last.text() if last is not None else ""
         run.feed.put(
             RunFinished(
@@ -346,7 +365,9 @@ class Run:
             await asyncio.wait_for(run.feed.wait(), FINAL_SHOWN_WAIT_S)
         except TimeoutError:
             log.warning("the end of run %s is not shown yet; closing it anyway", run.id)
-        await self._store.finish_run(run.id, outcome, error=end.error_message)
+        await self._store.finish_run(
+            run.id, outcome, error=end.error_message, fence=self._fence.token
+        )
 
     async def _stream(
         self, context: AgentContext, model: Model, control: RunControl, config: LoopConfig
@@ -356,7 +377,11 @@ class Run:
         run = self._run
         assert run.id is not None
         end: AgentEnd | None = None
+        fence = self._fence.token
         async for event in run_agent(context, model, control=control, config=config):
+            # Neither stored nor shown once the lease may be another's (leaving this loop
+            # cancels the run's own task).
+            self._fence.check("storing and showing")
             if isinstance(event, MessageEnd):
                 message = event.message
                 if isinstance(message, AssistantMessage):  # with its usage: one transaction
@@ -366,9 +391,12 @@ class Run:
                         run_id=run.id,
                         usage=message.usage,
                         model=model.info.id,
+                        fence=fence,
                     )
                 elif isinstance(message, ToolResultMessage):
-                    await self._store.append_message(conversation_id, message, run_id=run.id)
+                    await self._store.append_message(
+                        conversation_id, message, run_id=run.id, fence=fence
+                    )
                 else:
                     await self._delivered(message)
             elif isinstance(event, AgentEnd):
@@ -390,7 +418,9 @@ class Run:
         state.inbox.pop(queued.item.id, None)
         if queued in state.dropping:  # stopped, but the loop had already taken it
             state.dropping.remove(queued)
-        await self._store.deliver(state.conversation.id, [queued.item.id], run_id=run.id)
+        await self._store.deliver(
+            state.conversation.id, [queued.item.id], run_id=run.id, fence=self._fence.token
+        )
         acknowledge(queued, DELIVERED_TEXT, "read")
 
     async def _refuse_oversized(self, model: Model) -> list[Queued]:
@@ -405,7 +435,10 @@ class Run:
         if not oversized:
             return batch
         await self._store.drop(
-            self._conversation.id, [q.item.id for q in oversized], "too long for the model"
+            self._conversation.id,
+            [q.item.id for q in oversized],
+            "too long for the model",
+            fence=self._fence.token,
         )
         for queued in oversized:
             text = OVERSIZED_TEXT.format(tokens=sizes[queued.item.id], room=room)
@@ -418,6 +451,7 @@ class Run:
     async def _compact(
         self, loaded: LoadedConversation, model: Model, *, force: bool
     ) -> LoadedConversation:
+        self._fence.check("compacting")  # (its own writes are not fenced: bots.compaction)
         return await compaction.compact_if_needed(
             self._store, self._settings.compaction, self._conversation, loaded, model, force=force
         )
@@ -431,7 +465,9 @@ class Run:
         if note is None:
             return messages
         assert self._run.id is not None
-        await self._store.append_message(self._conversation.id, note, run_id=self._run.id)
+        await self._store.append_message(
+            self._conversation.id, note, run_id=self._run.id, fence=self._fence.token
+        )
         return [*messages, note]
 
 

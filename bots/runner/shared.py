@@ -1,7 +1,8 @@
 """What the runner's parts share in one process.
 
 Owns: the map of conversations with a driver (`active`), the surface feeds still showing, per
-conversation (what `wait()` waits for), surfaces rebuilt from a stored ref, the closing flag,
+conversation (what `wait()` waits for), surfaces rebuilt from a stored ref and a run's surface
+ref stored under its lease (several instances: fenced like its other writes), the closing flag,
 background tasks kept by name, and dropping messages a stop took off an inbox (the driver and a
 run's end both do it). Also the result types of `submit` and `stop`.
 
@@ -21,7 +22,7 @@ from bots.settings import Settings
 from bots.surface.contract import Notice, Surface, SurfaceFactory
 from bots.surface.feed import SurfaceFeed
 from bots.workspaces import Workspaces
-from storage.base import ConversationStore, InstanceCoordination
+from storage.base import ConversationStore, Fence, InstanceCoordination
 
 __all__ = ["FINAL_SHOWN_WAIT_S", "Shared", "StopResult", "SubmitResult", "acknowledge"]
 
@@ -56,6 +57,7 @@ class Shared:
         self.closing = False
         self.background: set[asyncio.Task[None]] = set()
         self._surfaces = surfaces
+        self._fences: dict[int, Fence] = {}  # by run, while its feed shows it
 
     def feed(self, key: str, surface: Surface, *, run_id: int | None = None) -> SurfaceFeed:
         feed = SurfaceFeed(surface, on_ref_change=self._ref_changed, name=key, run_id=run_id)
@@ -70,8 +72,15 @@ class Shared:
         feed.finished.add_done_callback(forget)
         return feed
 
+    def fence_refs(self, run_id: int, fence: Fence | None, feed: SurfaceFeed) -> None:
+        """Store the run's surface ref under `fence` while `feed` shows it."""
+        if fence is None:
+            return
+        self._fences[run_id] = fence
+        feed.finished.add_done_callback(lambda _done: self._fences.pop(run_id, None))
+
     async def _ref_changed(self, run_id: int, ref: dict[str, Any]) -> None:
-        await self.store.set_run_surface_ref(run_id, ref)
+        await self.store.set_run_surface_ref(run_id, ref, fence=self._fences.get(run_id))
 
     def surface_for(self, key: str, ref: dict[str, Any]) -> Surface | None:
         if self._surfaces is None or not ref:
@@ -87,13 +96,16 @@ class Shared:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    async def drop(self, state: ConversationState, run_feed: SurfaceFeed | None) -> None:
+    async def drop(
+        self, state: ConversationState, run_feed: SurfaceFeed | None, fence: Fence | None
+    ) -> None:
         """Drop stopped messages for good and tell everyone which ones go unanswered."""
         dropped, state.dropping = state.dropping, []
         if not dropped:
             return
         reason = state.drop_reason
-        await self.store.drop(state.conversation.id, [q.item.id for q in dropped], reason)
+        ids = [q.item.id for q in dropped]
+        await self.store.drop(state.conversation.id, ids, reason, fence=fence)
         if run_feed is not None:
             quotes = "; ".join(q.quote() for q in dropped)
             run_feed.put(

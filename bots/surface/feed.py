@@ -69,6 +69,7 @@ class SurfaceFeed:
         self._task: asyncio.Task[None] | None = None  # only while events wait or show
         self._showing = False  # an event is being shown (it counts towards `limit`)
         self._closing = False
+        self._abandoned = False
         self._run_id = run_id  # else learnt from the run_started it shows
         self._ref = self._read_ref()
         if isinstance(surface, Checkpointed):
@@ -112,6 +113,16 @@ class SurfaceFeed:
         self._closing = True
         self._pump_soon()
 
+    def abandon(self) -> None:
+        """Show nothing more and let the surface go without closing it: another instance
+        owns the run now and shows its end in the same place (a close here would show this
+        run ending, over that)."""
+        self._queue.clear()
+        self._newest_update.clear()
+        self._abandoned = self._closing = True
+        if self._task is None:
+            self._finish()
+
     async def wait(self) -> None:
         await asyncio.shield(self.finished)
 
@@ -133,9 +144,11 @@ class SurfaceFeed:
                     await _guarded(self.surface.emit(event), f"show {event.type}")
                 finally:
                     self._showing = False
-                if self._ref_moved():
+                if self._ref_moved() and not self._abandoned:
                     await self._record_ref()
-            if self._closing:
+            if self._abandoned:
+                self._finish()
+            elif self._closing:
                 await _guarded(self.surface.close(), "close")
                 if self._ref_moved():
                     await self._record_ref()
