@@ -9,8 +9,10 @@ the protocol's cost, not a disk's). Prints the conditions, a table, and last one
 
 A turn is what the runner asks of the store for one answer with one tool call: accept the
 message into the inbox, start the run delivering it, load the history, append the reply with
-its usage, the tool result and the final reply with its usage, and finish the run. Target:
-PostgreSQL's overhead per turn within 3x of SQLite's. A measurement, not a test.
+its usage, the tool result and the final reply with its usage, and finish the run; on
+PostgreSQL each of the run's writes carries the conversation's lease (fencing, as the runner's
+do: the lease is taken once per conversation, before the turns). Target: PostgreSQL's overhead
+per turn within 3x of SQLite's. A measurement, not a test.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 from benchmarks.storage_bench import realistic_message
 from core.messages import AssistantMessage, Message, Usage, UserMessage
-from storage.base import ConversationStore
+from storage.base import ConversationStore, coordination_of
 from storage.postgres import PostgresStore
 from storage.sqlite import SqliteStore
 from tests.storage import pg
@@ -60,15 +62,25 @@ async def one_turn(store: ConversationStore, key: str, n: int, messages: list[Me
     )
     assert accepted is not None
     conversation_id = accepted.conversation.id
+    fence = coordination_of(store).fence(conversation_id)  # None on SQLite
     run = await store.start_run(
-        conversation_id, user_id="U1", model="m", owner={"pid": 1}, deliver=[accepted.item.id]
+        conversation_id,
+        user_id="U1",
+        model="m",
+        owner={"pid": 1},
+        deliver=[accepted.item.id],
+        fence=fence,
     )
     await store.load(conversation_id)
     usage = Usage(input=1200, output=85, cache_read=15000, cost=0.0071)
-    await store.append_message(conversation_id, reply, run_id=run.id, usage=usage, model="m")
-    await store.append_message(conversation_id, result, run_id=run.id)
-    await store.append_message(conversation_id, reply, run_id=run.id, usage=usage, model="m")
-    await store.finish_run(run.id, "done")
+    await store.append_message(
+        conversation_id, reply, run_id=run.id, usage=usage, model="m", fence=fence
+    )
+    await store.append_message(conversation_id, result, run_id=run.id, fence=fence)
+    await store.append_message(
+        conversation_id, reply, run_id=run.id, usage=usage, model="m", fence=fence
+    )
+    await store.finish_run(run.id, "done", fence=fence)
 
 
 async def measure(
@@ -79,6 +91,7 @@ async def measure(
         keys = [f"bench:turn:{n}" for n in range(CONVERSATIONS)]
         for key in keys:
             conversation = await store.get_or_create_conversation(key, channel_key="bench")
+            await coordination_of(store).acquire_lease(conversation.id)
             for message in messages[:HISTORY]:
                 await store.append_message(conversation.id, message)
         turns: list[float] = []

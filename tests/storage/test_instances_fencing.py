@@ -99,6 +99,37 @@ async def test_an_instance_paused_in_a_tool_past_its_lease_does_nothing_after_th
         await b.close()
 
 
+async def test_a_lease_the_heartbeat_finds_lost_stops_the_run_inside_its_tool_quietly(
+    stores: tuple[PostgresStore, PostgresStore], tmp_path: Path
+) -> None:
+    gate = GateTool()
+    model_a = ScriptedModel([Reply(tool_calls=[call("gate")]), Reply(text="never")])
+    a = await started(make_runner(stores[0], tmp_path / "a", model_a, [gate]))
+    try:
+        ada = RecordingSurface("ada")
+        await a.submit(incoming("run the migration"), ada)
+        await asyncio.wait_for(gate.entered.wait(), LIMIT_S)
+        await ada.wait_for(lambda shown: shown.tool_starts(), LIMIT_S)
+        shown_before = list(ada.events)
+        conversation = await stores[1].get_conversation(KEY)
+        assert conversation is not None
+        # Someone else holds it now (as after a takeover A slept through): A's next renewal
+        # does not find it, and reports it lost.
+        await stores[1]._pool.execute(
+            "UPDATE conversation_leases SET holder = 'elsewhere', epoch = nextval('lease_epochs')"
+        )
+        await asyncio.wait_for(a.wait(KEY), LIMIT_S)
+
+        assert not gate.opened.is_set()  # the tool call was cancelled, not waited for
+        assert len(model_a.requests) == 1
+        assert ada.events == shown_before  # no "aborted", no "error": nothing at all
+        assert [r.conversation_id for r in await stores[1].running_runs()] == [conversation.id]
+        assert [said(m) for m in await history(stores[1])] == ["run the migration", ""]
+    finally:
+        gate.opened.set()
+        await a.close()
+
+
 # --- the store: every write of a run is fenced with its lease ---------------------------------
 
 
