@@ -41,7 +41,9 @@ class RunFence:
         since the last renewal that succeeded), was reported lost, or a write was refused."""
         if self._run.fenced_out:
             return True
-        return self.token is not None and not self._instances.fresh(self.token)
+        if self.token is None:  # no lease: right only where nobody else runs conversations
+            return self._instances.shared
+        return not self._instances.fresh(self.token)
 
     def check(self, what: str) -> None:
         """`FencedOut` if stale (the run then stops quietly: `bots.runner.run`); the loop's

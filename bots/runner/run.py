@@ -124,6 +124,9 @@ class Runs:
             run.fence_out(LEASE_LOST_TEXT)  # (a refused write: the loop may still be going)
             run.feed.abandon()
             state.lease_lost = True
+            for queued in attempt.taken:  # not started: they stay pending for the new holder
+                if queued.feed is not None and queued.feed is not run.feed:
+                    queued.feed.close()
         except Exception as exc:
             reference = new_reference()
             log.exception("run in %s failed (reference %s)", key, reference)
@@ -212,6 +215,7 @@ class Run:
         """Read what the channel's admin set, refuse what cannot fit, and open the run record
         with the batch delivered in the same transaction. None: nothing is left to answer."""
         conversation, state, run = self._conversation, self._state, self._run
+        self._fence.check("starting a run")
         for queued in self._batch:  # this run's own messages: never steered, never dropped
             state.inbox.pop(queued.item.id, None)
         self.taken = list(self._batch)
