@@ -75,6 +75,7 @@ class Race(Enum):
     ACTIVITY_DELAY = "the activity delay passed"
     STREAM_STARTING = "the flush starts the native stream"
     PROGRESS_POSTED = "the flush posted the in-progress message"
+    STREAM_ADOPTED = "the flush made the stream's message, narration, the in-progress message"
 
 
 def next_phase(phase: Phase, path: Race, *, streams_alone: bool) -> Phase:
@@ -94,5 +95,5 @@ def next_phase(phase: Phase, path: Race, *, streams_alone: bool) -> Phase:
             return phase if phase in SHOWS_ACTIVITY else Phase.ACTIVITY_DUE
         case Race.STREAM_STARTING:
             return Phase.STREAMING if phase in (Phase.QUIET, Phase.WORKING_SHOWN) else phase
-        case Race.PROGRESS_POSTED:
+        case Race.PROGRESS_POSTED | Race.STREAM_ADOPTED:
             return Phase.ACTIVITY_POSTED
