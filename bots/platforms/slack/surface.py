@@ -3,8 +3,9 @@
 Owns: `SlackSurface` (the Surface of bots/surface/contract.py for Slack, on `bots.surface.base`):
 its state machine (`Phase`, the diagram in the class's docstring) and the three paths that race to
 show a run first; `SlackSurfaces` (surfaces for earlier runs' refs, for recovery). Its parts:
-the Web API calls (`surface_calls`), the native stream (`stream`), the in-progress message
-(`surface_progress`), the final answer (`surface_final`), reactions and the status line
+the Web API calls (`surface_calls`), the native stream (`stream`), the run's text as narration
+and answer (`surface_text`), the in-progress message (`surface_progress`), the final answer and
+its layout (`surface_final`), reactions and the status line
 (`surface_status`), notices and files (`surface_notices`), `SlackFeatures` and
 `SurfaceOptions` (`surface_options`, re-exported here).
 
@@ -20,9 +21,20 @@ How an answer looks:
   shown where its text would have been once the reply ends, before its tool calls run.
 - Text streams natively (chat.startStream / appendStream / stopStream) where Slack allows it,
   else into one in-progress message updated at most about once a second (`bots.surface.throttle`).
+  Slack ends a stream about five minutes after it started (`message_not_in_streaming_state`,
+  undocumented): the answer then goes on in the same message by chat.update, about once a
+  second, and the final answer replaces it there, whole and once (`stream`).
 - The in-progress message carries a Stop button (the run id in its value) and one legacy
   attachment per tool call; it is posted as soon as there is something to show (text in the
   fallback, a tool call, or `activity_delay_s` of work), so a quick answer costs two writes.
+- The layout, top to bottom (`surface_final`): a run that used tools shows its tool activity
+  first, then its answer. The activity is the in-progress message with the narration (the text
+  of replies that called tools, or their thinking; `surface_text`), "Used N tools." and the
+  calls; the answer below it is only the text written after the last tool call. A reply's
+  text streams as it is written (it may be the answer); once that reply calls tools, its
+  stream is retired: stopped and made the in-progress message, or deleted when that message
+  is already up above it (the narration shows there), and the answer streams in a new
+  message below. A run without tools is its answer alone.
 - The final answer is standard Markdown in `markdown` blocks, split across messages at safe
   boundaries (`bots.surface.markdown_split`), with how the run ended, an optional usage line
   and 👍/👎 under the last part; the Stop button goes away.
@@ -117,7 +129,10 @@ class SlackSurface(SurfaceBase):
        │                      │  (or WORKING_SHOWN)     │              activity delay
        │                      │                         ▼ the flush posted the message
        │                      └──a tool call, or ──▶ ACTIVITY_POSTED
-       │                         fallback text         (the post, from any running phase)
+       │                         fallback text         (the post, from any running phase;
+       │                                                or STREAMING / STREAM_HELD: the stream
+       │                                                showed narration and its message
+       │                                                became the in-progress message)
        │
        │   any running phase ──run_finished (close() without one: an error)──▶ FINISHING
        ├──run_finished (a recovered surface) ───────────────────────────────▶ FINISHING
@@ -126,8 +141,9 @@ class SlackSurface(SurfaceBase):
 
     The running phases are QUIET … ACTIVITY_POSTED; from FINISHING on nothing but the end is
     written. The facts kept beside the phase: whether 👀 was added (`Reactions`), whether the
-    status line may show (`StatusLine`), the stream's own (`NativeStream`) and what was posted
-    (`Outbox`, the ref).
+    status line may show (`StatusLine`), the stream's own (`NativeStream`: starting, broken,
+    expired by Slack; which replies it shows, `_stream_from`) and what was posted (`Outbox`,
+    the ref).
     """
 
     def __init__(

@@ -69,7 +69,9 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 
 
 class Race(Enum):
-    """The three paths that race to show a run first, as they arrive (the flush twice)."""
+    """The three paths that race to show a run first, as they arrive (the flush in three
+    ways: it starts the stream, posts the in-progress message, or makes a stream that showed
+    narration the in-progress message)."""
 
     WORKING_DELAY = "the working delay passed with nothing showing"
     ACTIVITY_DELAY = "the activity delay passed"
