@@ -372,24 +372,30 @@ class SlackSurface(SurfaceBase):
             await self._retire_stream()
         due = self._phase in SHOWS_ACTIVITY
         text = self._text.answer()
+        tools = list(self._tools.values())
+        # The tool activity goes up before the answer starts streaming: it stays above it.
+        first = self._out.progress_ts is None and bool(tools or self._text.narration().strip())
+        if first:
+            await self._show_progress(text, tools, due=due)
+            if self._progress.quiet:  # (a 429: the stream waits too)
+                return
         if self._stream.native and text:
             if self._stream.not_started:
                 self._race(Race.STREAM_STARTING)
                 self._stream_from = self._text.tool_replies
             await self._stream.write(text, user_id=self._user_id)
-        # The in-progress message shows the narration, and the answer where it cannot stream.
+        if not first:  # (the activity delay may have passed meanwhile)
+            await self._show_progress(text, tools, due=due or self._phase in SHOWS_ACTIVITY)
+
+    async def _show_progress(self, text: str, tools: list[blocks.ToolView], *, due: bool) -> None:
+        """The in-progress message: the narration, and the answer where it cannot stream."""
         shown = self._text.narration()
         if not self._stream.native and text.strip():
             shown = f"{shown}\n\n{text}" if shown else text
-        tools = list(self._tools.values())
-        due = due or self._phase in SHOWS_ACTIVITY  # (the activity delay may have passed meanwhile)
         if not (tools or due or shown.strip()):
             return
         body = blocks.progress_message(
-            text=shown,
-            run_id=self._calls.run_id,
-            tools=tools,
-            status=self._progress_status(tools),
+            text=shown, run_id=self._calls.run_id, tools=tools, status=self._progress_status(tools)
         )
         if await self._progress.show(body):
             self._race(Race.PROGRESS_POSTED)
