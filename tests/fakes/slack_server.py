@@ -13,7 +13,11 @@ What it does the way Slack does on the wire:
   (50 blocks, ~12,000 characters of `markdown` blocks per message, 3,000 per section text) are
   enforced here too, so a test cannot pass on a message Slack would refuse.
 - Native streaming (`chat.startStream` / `appendStream` / `stopStream`) can be switched off
-  (`streaming_error = "unknown_method"`), so fallbacks are tested.
+  (`streaming_error = "unknown_method"`), so fallbacks are tested. Slack ends a stream about
+  five minutes after it started (undocumented; seen by other Slack AI apps): so does the fake,
+  after `stream_max_age_s` (tests set about 1 s). The message keeps what it showed
+  (`"streaming": "expired"`); later `appendStream` / `stopStream` calls answer
+  `message_not_in_streaming_state`.
 - Files: `add_file` hosts a file; a download without the bot token gets Slack's HTML login page
   with status 200. `files.getUploadURLExternal` hands out an upload URL served here.
 - Socket Mode: `apps.connections.open` (app token) returns a `ws://` URL of this server, which
@@ -58,6 +62,7 @@ MAX_MARKDOWN_CHARS = 12_000  # all `markdown` blocks of one message together
 MAX_SECTION_TEXT = 3_000
 MAX_TEXT_CHARS = 40_000
 MAX_ATTACHMENTS = 100
+STREAM_MAX_AGE_S = 300.0  # Slack ends a native stream after about five minutes
 LOGIN_PAGE = (
     "<!DOCTYPE html><html><head><title>Slack</title></head>"
     "<body><h1>Sign in to Slack</h1></body></html>"
@@ -179,6 +184,7 @@ class FakeSlack:
         bot_user_id: str = BOT_USER_ID,
         bot_id: str = BOT_ID,
         scopes: str = DEFAULT_SCOPES,
+        stream_max_age_s: float = STREAM_MAX_AGE_S,
     ) -> None:
         self.bot_token = bot_token
         self.app_token = app_token
@@ -189,6 +195,9 @@ class FakeSlack:
         # None: native streaming works; else the error chat.*Stream answers ("unknown_method",
         # "not_allowed", ...).
         self.streaming_error: str | None = None
+        # A native stream older than this is ended by Slack (see the module's docstring).
+        self.stream_max_age_s = stream_max_age_s
+        self._stream_started: dict[tuple[str, str], float] = {}  # (channel, ts) → monotonic
         # None: the assistant.threads.* methods work; else their error (e.g. "not_allowed").
         self.assistant_error: str | None = None
         self.calls: list[Call] = []
@@ -367,6 +376,7 @@ class FakeSlack:
 
     def thread(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
         """The thread as people see it now: the parent, then the replies, oldest first."""
+        self._expire_streams()
         return [
             message
             for message in self.messages.get(channel, [])
@@ -542,6 +552,7 @@ class FakeSlack:
     async def _api(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
         args = await self._arguments(request)
+        self._expire_streams()
         headers = {name.lower(): value for name, value in request.headers.items()}
         fault = self._take_fault(method)
         status = fault.status if fault is not None and not fault.drop else 200
@@ -800,7 +811,26 @@ class FakeSlack:
         message["text"] = _chunk_text(args)
         message["streaming"] = "in_progress"
         self._store(channel, message)
+        self._stream_started[(str(channel), message["ts"])] = time.monotonic()
         return {"ok": True, "channel": channel, "ts": message["ts"]}
+
+    def _expire_streams(self) -> None:
+        """Slack ends a stream `stream_max_age_s` after it started: it shows what it had."""
+        now = time.monotonic()
+        for (channel, ts), started in list(self._stream_started.items()):
+            if now - started < self.stream_max_age_s:
+                continue
+            del self._stream_started[(channel, ts)]
+            message = self.message(channel, ts)
+            if message is not None and message.get("streaming") == "in_progress":
+                message["streaming"] = "expired"
+
+    async def stream_expired(self, channel: str, ts: str) -> None:
+        """Return once Slack would have ended the stream `ts` (its age passed)."""
+        started = self._stream_started.get((channel, ts))
+        if started is not None:
+            await asyncio.sleep(max(0.0, started + self.stream_max_age_s - time.monotonic()))
+        self._expire_streams()
 
     def _streaming_message(self, args: dict[str, Any]) -> dict[str, Any] | str:
         if self.streaming_error is not None:
@@ -833,6 +863,7 @@ class FakeSlack:
             return _error("invalid_blocks", detail=problem)
         message["text"] = (message["text"] + _chunk_text(args))[:MAX_TEXT_CHARS]
         message["streaming"] = "completed"
+        self._stream_started.pop((str(args["channel"]), message["ts"]), None)
         if args.get("blocks"):
             message["blocks"] = args["blocks"]
         return {"ok": True, "channel": args["channel"], "ts": message["ts"], "message": message}

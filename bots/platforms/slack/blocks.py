@@ -292,12 +292,11 @@ def progress_message(
     run_id: int | None,
     tools: list[ToolView],
     status: str,
-    with_text: bool,
 ) -> MessageBody:
-    """The in-progress message: the answer so far (unless it streams natively elsewhere),
-    a short status line, the Stop button, and one attachment per tool call."""
+    """The in-progress message: `text` (the narration, and the answer so far where it does not
+    stream natively), a short status line, the Stop button, and one attachment per tool call."""
     blocks: list[dict[str, Any]] = []
-    shown = progress_tail(text) if with_text else ""
+    shown = progress_tail(text)
     if shown.strip():
         blocks.append(markdown_block(shown))
     blocks.append(context_block(status))
@@ -305,6 +304,33 @@ def progress_message(
         blocks.append(stop_block(run_id))
     # `text` is mrkdwn (notifications): escaped, so an answer cannot ping @channel there.
     fallback = truncate(escape(shown), TEXT_LIMIT) if shown.strip() else escape(status)
+    return MessageBody(fallback, blocks, tool_attachments(tools) if tools else [])
+
+
+def tools_summary(count: int) -> str:
+    return f"Used {count} tool{'s' if count != 1 else ''}." if count else ""
+
+
+def activity_message(
+    *,
+    narration: str,
+    tools: list[ToolView],
+    extras: list[dict[str, Any]],
+) -> MessageBody:
+    """The in-progress message once the run is over, above the answer: what the model said it
+    was doing, how many tools it used and one attachment per call (the Stop button gone);
+    `extras` when there is no answer to carry them."""
+    blocks: list[dict[str, Any]] = []
+    shown = progress_tail(narration)
+    if shown.strip():
+        blocks.append(markdown_block(shown))
+    summary = tools_summary(len(tools))
+    if summary:
+        blocks.append(context_block(summary))
+    blocks += extras
+    if not blocks:
+        blocks = [context_block("Done.")]
+    fallback = truncate(escape(shown), TEXT_LIMIT) if shown.strip() else summary or "Done."
     return MessageBody(fallback, blocks, tool_attachments(tools) if tools else [])
 
 

@@ -3,8 +3,9 @@
 Owns: `SlackSurface` (the Surface of bots/surface/contract.py for Slack, on `bots.surface.base`):
 its state machine (`Phase`, the diagram in the class's docstring) and the three paths that race to
 show a run first; `SlackSurfaces` (surfaces for earlier runs' refs, for recovery). Its parts:
-the Web API calls (`surface_calls`), the native stream (`stream`), the in-progress message
-(`surface_progress`), the final answer (`surface_final`), reactions and the status line
+the Web API calls (`surface_calls`), the native stream (`stream`), the run's text as narration
+and answer (`surface_text`), the in-progress message (`surface_progress`), the final answer and
+its layout (`surface_final`), reactions and the status line
 (`surface_status`), notices and files (`surface_notices`), `SlackFeatures` and
 `SurfaceOptions` (`surface_options`, re-exported here).
 
@@ -20,9 +21,20 @@ How an answer looks:
   shown where its text would have been once the reply ends, before its tool calls run.
 - Text streams natively (chat.startStream / appendStream / stopStream) where Slack allows it,
   else into one in-progress message updated at most about once a second (`bots.surface.throttle`).
+  Slack ends a stream about five minutes after it started (`message_not_in_streaming_state`,
+  undocumented): the answer then goes on in the same message by chat.update, about once a
+  second, and the final answer replaces it there, whole and once (`stream`).
 - The in-progress message carries a Stop button (the run id in its value) and one legacy
   attachment per tool call; it is posted as soon as there is something to show (text in the
   fallback, a tool call, or `activity_delay_s` of work), so a quick answer costs two writes.
+- The layout, top to bottom (`surface_final`): a run that used tools shows its tool activity
+  first, then its answer. The activity is the in-progress message with the narration (the text
+  of replies that called tools, or their thinking; `surface_text`), "Used N tools." and the
+  calls; the answer below it is only the text written after the last tool call. A reply's
+  text streams as it is written (it may be the answer); once that reply calls tools, its
+  stream is retired: stopped and made the in-progress message, or deleted when that message
+  is already up above it (the narration shows there), and the answer streams in a new
+  message below. A run without tools is its answer alone.
 - The final answer is standard Markdown in `markdown` blocks, split across messages at safe
   boundaries (`bots.surface.markdown_split`), with how the run ended, an optional usage line
   and 👍/👎 under the last part; the Stop button goes away.
@@ -69,9 +81,9 @@ from bots.platforms.slack.surface_status import (
     Reactions,
     StatusLine,
 )
+from bots.platforms.slack.surface_text import RunText
 from bots.surface.base import SurfaceBase
 from bots.surface.contract import FileOut, Notice, RunFinished, RunStarted
-from bots.surface.narration import visible_text
 from bots.surface.throttle import Throttle
 from core.events import ToolExecutionEnd, ToolExecutionStart
 from core.messages import AssistantMessage, Usage
@@ -117,7 +129,10 @@ class SlackSurface(SurfaceBase):
        │                      │  (or WORKING_SHOWN)     │              activity delay
        │                      │                         ▼ the flush posted the message
        │                      └──a tool call, or ──▶ ACTIVITY_POSTED
-       │                         fallback text         (the post, from any running phase)
+       │                         fallback text         (the post, from any running phase;
+       │                                                or STREAMING / STREAM_HELD: the stream
+       │                                                showed narration and its message
+       │                                                became the in-progress message)
        │
        │   any running phase ──run_finished (close() without one: an error)──▶ FINISHING
        ├──run_finished (a recovered surface) ───────────────────────────────▶ FINISHING
@@ -126,8 +141,9 @@ class SlackSurface(SurfaceBase):
 
     The running phases are QUIET … ACTIVITY_POSTED; from FINISHING on nothing but the end is
     written. The facts kept beside the phase: whether 👀 was added (`Reactions`), whether the
-    status line may show (`StatusLine`), the stream's own (`NativeStream`) and what was posted
-    (`Outbox`, the ref).
+    status line may show (`StatusLine`), the stream's own (`NativeStream`: starting, broken,
+    expired by Slack; which replies it shows, `_stream_from`) and what was posted (`Outbox`,
+    the ref).
     """
 
     def __init__(
@@ -166,10 +182,8 @@ class SlackSurface(SurfaceBase):
         self._reactions = Reactions(self._calls, message_ts, enabled=self._options.reactions)
         self._status = StatusLine(self._calls, features, self._options.update_interval_s)
         self._notices = NoticePoster(self._calls, self._reactions)
-        # The answer so far: completed assistant texts, and the reply being written (the
-        # loop's working copy, read only when rendering, so a delta costs nothing).
-        self._texts: list[str] = []
-        self._current: AssistantMessage | None = None
+        self._text = RunText()
+        self._stream_from = 0  # `tool_replies` when the stream started: it shows what came after
         self._tools: dict[str, blocks.ToolView] = {}
         self._activity_timer: asyncio.TimerHandle | None = None
         self._working_timer: asyncio.TimerHandle | None = None
@@ -250,7 +264,7 @@ class SlackSurface(SurfaceBase):
             self._out.progress_ts is not None
             or self._out.stream_ts is not None
             or self._stream.starting
-            or self._has_text()
+            or self._text.any()
         )
 
     # -- the hooks -----------------------------------------------------------------------------
@@ -269,17 +283,14 @@ class SlackSurface(SurfaceBase):
         self._activity_timer = loop.call_later(self._options.activity_delay_s, self._activity)
 
     async def on_text(self, message: AssistantMessage, delta: str) -> None:
-        self._current = message
+        self._text.writing(message)
         self._throttle.request()
 
     async def on_thinking(self) -> None:
         self._want_status(THINKING_STATUS)
 
     async def on_reply_ended(self, message: AssistantMessage) -> None:
-        self._current = None
-        text = visible_text(message)
-        if text.strip():
-            self._texts.append(text)
+        if self._text.reply_ended(message):
             self._throttle.request()
 
     async def on_tool_started(self, event: ToolExecutionStart) -> None:
@@ -357,26 +368,56 @@ class SlackSurface(SurfaceBase):
         sent until its Retry-After has passed; then the state of that moment is shown."""
         if self._phase not in RUNNING or self._progress.quiet:
             return
+        if self._stream_holds_narration():
+            await self._retire_stream()
         due = self._phase in SHOWS_ACTIVITY
-        text = self._text()
+        text = self._text.answer()
+        tools = list(self._tools.values())
+        # The tool activity goes up before the answer starts streaming: it stays above it.
+        first = self._out.progress_ts is None and bool(tools or self._text.narration().strip())
+        if first:
+            await self._show_progress(text, tools, due=due)
+            if self._progress.quiet:  # (a 429: the stream waits too)
+                return
         if self._stream.native and text:
             if self._stream.not_started:
                 self._race(Race.STREAM_STARTING)
+                self._stream_from = self._text.tool_replies
             await self._stream.write(text, user_id=self._user_id)
-        with_text = not self._stream.native
-        tools = list(self._tools.values())
-        due = due or self._phase in SHOWS_ACTIVITY  # (the activity delay may have passed meanwhile)
-        if not (tools or due or (with_text and text.strip())):
+        if not first:  # (the activity delay may have passed meanwhile)
+            await self._show_progress(text, tools, due=due or self._phase in SHOWS_ACTIVITY)
+
+    async def _show_progress(self, text: str, tools: list[blocks.ToolView], *, due: bool) -> None:
+        """The in-progress message: the narration, and the answer where it cannot stream."""
+        shown = self._text.narration()
+        if not self._stream.native and text.strip():
+            shown = f"{shown}\n\n{text}" if shown else text
+        if not (tools or due or shown.strip()):
             return
         body = blocks.progress_message(
-            text=text,
-            run_id=self._calls.run_id,
-            tools=tools,
-            status=self._progress_status(tools),
-            with_text=with_text,
+            text=shown, run_id=self._calls.run_id, tools=tools, status=self._progress_status(tools)
         )
         if await self._progress.show(body):
             self._race(Race.PROGRESS_POSTED)
+
+    def _stream_holds_narration(self) -> bool:
+        """The stream started before a reply that called tools ended: what it shows is
+        narration, not the answer."""
+        return self._out.stream_ts is not None and self._stream_from != self._text.tool_replies
+
+    async def _retire_stream(self) -> None:
+        """Take the narration out of the answer's way: the stream ends and its message becomes
+        the in-progress message (or, with that message already up above it, is deleted: the
+        narration shows there); the answer streams in a new message, below the activity."""
+        ts = self._out.stream_ts
+        assert ts is not None
+        await self._stream.retire()
+        self._stream_from = self._text.tool_replies
+        if self._out.progress_ts is None:
+            self._progress.adopt(ts)
+            self._race(Race.STREAM_ADOPTED)
+        else:
+            await self._calls.delete(ts)
 
     def _cancel_timers(self) -> None:
         for timer in (self._activity_timer, self._working_timer):
@@ -386,24 +427,11 @@ class SlackSurface(SurfaceBase):
 
     # -- the answer so far -----------------------------------------------------------------------
 
-    def _has_text(self) -> bool:
-        return bool(self._texts) or (
-            self._current is not None and bool(self._current.text().strip())
-        )
-
-    def _text(self) -> str:
-        texts = list(self._texts)
-        if self._current is not None:
-            current = self._current.text()
-            if current.strip():
-                texts.append(current)
-        return blocks.defuse_broadcasts("\n\n".join(text.strip("\n") for text in texts))
-
     def _progress_status(self, tools: list[blocks.ToolView]) -> str:
         running = [view for view in tools if view.ok is None]
         if running:
             return f"Running {running[-1].label or running[-1].name}…"
-        if self._current is not None and self._current.text().strip():
+        if self._text.writing_text():
             return "Writing…"
         return "Working…"
 
@@ -427,10 +455,12 @@ class SlackSurface(SurfaceBase):
         if self._working_task is not None:  # a 👀 in flight lands before it is taken away
             await self._working_task
         await self._throttle.close()  # an update in flight completes; nothing new starts
+        if self._stream_holds_narration():  # (the run ended in its tool calls)
+            await self._retire_stream()
         if self._checkpoint is not None:  # the messages posted so far, stored before the end
             await self._checkpoint()
         self._calls.run_id = self._calls.run_id or event.run_id
-        body = self._final_text(event)
+        body = self._text.final(event.final_text)
         error_text = event.error_text
         if error_text is not None and error_text.strip() in self._notices.shown:
             error_text = None  # already said, as a notice
@@ -441,21 +471,16 @@ class SlackSurface(SurfaceBase):
             usage=event.usage if self._options.usage_footer and not self._recovered else None,
         )
         try:
-            await self._final.show(body, extras, list(self._tools.values()), event.outcome)
+            await self._final.show(
+                body,
+                extras,
+                list(self._tools.values()),
+                event.outcome,
+                narration=self._text.narration(),
+            )
         finally:
             await self._status.clear()
             await self._reactions.show_outcome(event.outcome, recovered=self._recovered)
-
-    def _final_text(self, event: RunFinished) -> str:
-        """The whole answer: what was shown while it streamed, or the runner's final text
-        when the surface saw less (a restart, a surface that joined late)."""
-        shown = self._text()
-        final = blocks.defuse_broadcasts(event.final_text.strip("\n"))
-        if not final.strip():
-            return shown
-        if shown.rstrip().endswith(final.strip()):
-            return shown
-        return final
 
 
 class SlackSurfaces:

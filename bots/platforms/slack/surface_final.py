@@ -1,10 +1,15 @@
 """The end of a run in Slack: the final answer where the run was shown.
 
-Owns: `FinalAnswer`: the answer's parts (standard Markdown, split at safe boundaries), the
-first replacing the stream or the in-progress message and the rest following; how it ended,
-usage and 👍/👎 under the last part; the in-progress message left beside a streamed answer
-with its tool calls (the Stop button gone) or deleted; and, after a restart, the parts an
-earlier process posted edited in place rather than posted twice.
+Owns: `FinalAnswer`: the layout of a finished run. A run that used tools (or narrated before
+calling them) reads top to bottom as its tool activity, then its answer: the in-progress
+message becomes the activity message (the narration, "Used N tools.", one attachment per
+call, the Stop button gone) and the answer is below it, only the answer (the text written
+after the last tool call), in the stream it was written in or in new messages. A run without
+tools is its answer alone: the stream, or the in-progress message replaced (with no tools it
+has nothing left to say and is deleted beside a stream). The answer is standard Markdown split
+at safe boundaries, how it ended, usage and 👍/👎 under its last part; a run with no answer
+text shows how it ended under the activity message. After a restart, the parts an earlier
+process posted are edited in place rather than posted twice.
 
 Must not: lose the final answer to a failed update (it is posted instead).
 """
@@ -38,8 +43,9 @@ class FinalAnswer:
         extras: list[dict[str, Any]],
         tools: list[blocks.ToolView],
         outcome: RunOutcome,
+        *,
+        narration: str = "",
     ) -> None:
-        attachments = blocks.tool_attachments(tools) if tools else None
         if len(body) > SPLIT_IN_THREAD_CHARS:  # splitting a long answer takes a while
             parts = await asyncio.to_thread(blocks.answer_parts, body)
         else:
@@ -49,46 +55,51 @@ class FinalAnswer:
         if self._recovered and progress_ts is None:
             # The process may have died between posting and recording it: look for it.
             progress_ts = self._outbox.progress_ts = await self._calls.find_posted("progress")
+        # (A recovered surface knows nothing of the run's tools: its answer is laid out alone.)
+        activity = not self._recovered and bool(tools or narration.strip())
+        if activity:
+            await self._show_activity(narration, tools, [] if body.strip() else extras)
+            if not body.strip() and stream_ts is None:
+                return  # (no answer: how it ended is under the activity)
 
         if stream_ts is not None and not self._recovered:
             if await self._stream.finish(stream_ts, body, extras):
-                if progress_ts is not None:
-                    await self._finish_progress(progress_ts, attachments, len(tools), outcome)
-                elif attachments:  # the run ended before its in-progress message was due
-                    await self._post_tools(attachments, len(tools))
+                if progress_ts is not None and not activity:
+                    await self._finish_progress(progress_ts, outcome)
                 return
         elif stream_ts is not None:
             # Recovery: end the stream if Slack still keeps it open; a failure is expected.
             await self._calls.stop_stream_quietly(stream_ts)
 
-        # The first part replaces the in-progress message (or the stream); the rest follow.
-        target = stream_ts if stream_ts is not None else progress_ts
-        await self._post_parts(parts or [""], extras, target, attachments)
-        if stream_ts is not None and progress_ts is not None:
-            await self._finish_progress(progress_ts, attachments, len(tools), outcome)
-        elif stream_ts is not None and attachments:
-            await self._post_tools(attachments, len(tools))
+        # The first part replaces the stream (or the in-progress message of a run without
+        # tools); the rest follow, below the activity.
+        target = stream_ts if stream_ts is not None or activity else progress_ts
+        await self._post_parts(parts or [""], extras, target)
+        if stream_ts is not None and progress_ts is not None and not activity:
+            await self._finish_progress(progress_ts, outcome)
+
+    async def _show_activity(
+        self, narration: str, tools: list[blocks.ToolView], extras: list[dict[str, Any]]
+    ) -> None:
+        """The in-progress message left above the answer as the run's tool activity; posted
+        if it never was (the run ended before it could be)."""
+        body = blocks.activity_message(narration=narration, tools=tools, extras=extras)
+        ts = self._outbox.progress_ts
+        if ts is not None and await self._calls.update(ts, body):
+            return
+        self._outbox.progress_ts = await self._calls.post_once(body, part="progress")
 
     async def _post_parts(
-        self,
-        parts: list[str],
-        extras: list[dict[str, Any]],
-        target: str | None,
-        attachments: list[dict[str, Any]] | None,
+        self, parts: list[str], extras: list[dict[str, Any]], target: str | None
     ) -> None:
         stream_ts = self._outbox.stream_ts
-        first_attachments = attachments if target == self._outbox.progress_ts else None
         # Recovery: the run that died (or lost its lease to this instance) may have posted
         # parts before its run was closed; they are shown again in place, never twice (one
         # look through the thread for all of them).
         posted = await self._calls.posted_parts() if self._recovered else {}
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
-            message = blocks.answer_message(
-                part,
-                extras=extras if last else [],
-                attachments=first_attachments if index == 0 else None,
-            )
+            message = blocks.answer_message(part, extras=extras if last else [])
             if index == 0 and target is not None:
                 if await self._calls.update(target, message):
                     continue
@@ -99,31 +110,13 @@ class FinalAnswer:
                 continue
             await self._calls.post_once(message, part=f"answer:{index}")
 
-    async def _post_tools(self, attachments: list[dict[str, Any]], count: int) -> None:
-        """The tool calls of a streamed answer whose in-progress message was never posted
-        (the run ended first): one message with one attachment per call, as it would have
-        been left."""
-        summary = f"Used {count} tool{'s' if count != 1 else ''}."
-        body = blocks.MessageBody(summary, [blocks.context_block(summary)], attachments)
-        await self._calls.post_once(body, part="tools")
-
-    async def _finish_progress(
-        self,
-        ts: str,
-        attachments: list[dict[str, Any]] | None,
-        count: int,
-        outcome: RunOutcome,
-    ) -> None:
-        """The in-progress message beside a streamed answer: the Stop button goes, the tool
-        calls stay; with no tool calls it has nothing left to say and is deleted."""
-        if self._recovered:  # (its tool calls are known only to the process that died)
-            summary = "Done." if outcome == "done" else "Interrupted."
-        elif count:
-            summary = f"Used {count} tool{'s' if count != 1 else ''}."
-        else:
-            if await self._calls.delete(ts):
-                self._outbox.progress_ts = None
-                return
-            summary = "Done."
-        body = blocks.MessageBody(summary, [blocks.context_block(summary)], attachments)
-        await self._calls.update(ts, body)
+    async def _finish_progress(self, ts: str, outcome: RunOutcome) -> None:
+        """The in-progress message beside an answer of a run without tools: it has nothing
+        left to say and is deleted (a recovered surface, which cannot know the run's tools,
+        says how it ended instead)."""
+        if not self._recovered and await self._calls.delete(ts):
+            self._outbox.progress_ts = None
+            return
+        summary = "Done." if outcome == "done" or not self._recovered else "Interrupted."
+        # (Attachments left as they are: an earlier process's tool calls stay.)
+        await self._calls.update(ts, blocks.MessageBody(summary, [blocks.context_block(summary)]))

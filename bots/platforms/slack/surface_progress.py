@@ -44,6 +44,12 @@ class ProgressMessage:
         self._quiet_until = time.monotonic() + delay
         asyncio.get_running_loop().call_later(delay, self._request_flush)
 
+    def adopt(self, ts: str) -> None:
+        """A message already in the thread (a retired stream's) is the in-progress message
+        from now on: the next `show` updates it."""
+        self._outbox.progress_ts = ts
+        self._last = None
+
     async def show(self, body: blocks.MessageBody) -> bool:
         """Post or update the message to show `body`; True if this posted it (the first
         time it is on screen)."""

@@ -69,12 +69,15 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 
 
 class Race(Enum):
-    """The three paths that race to show a run first, as they arrive (the flush twice)."""
+    """The three paths that race to show a run first, as they arrive (the flush in three
+    ways: it starts the stream, posts the in-progress message, or makes a stream that showed
+    narration the in-progress message)."""
 
     WORKING_DELAY = "the working delay passed with nothing showing"
     ACTIVITY_DELAY = "the activity delay passed"
     STREAM_STARTING = "the flush starts the native stream"
     PROGRESS_POSTED = "the flush posted the in-progress message"
+    STREAM_ADOPTED = "the flush made the stream's message, narration, the in-progress message"
 
 
 def next_phase(phase: Phase, path: Race, *, streams_alone: bool) -> Phase:
@@ -94,5 +97,5 @@ def next_phase(phase: Phase, path: Race, *, streams_alone: bool) -> Phase:
             return phase if phase in SHOWS_ACTIVITY else Phase.ACTIVITY_DUE
         case Race.STREAM_STARTING:
             return Phase.STREAMING if phase in (Phase.QUIET, Phase.WORKING_SHOWN) else phase
-        case Race.PROGRESS_POSTED:
+        case Race.PROGRESS_POSTED | Race.STREAM_ADOPTED:
             return Phase.ACTIVITY_POSTED

@@ -1,7 +1,8 @@
 """Issue 29 on Slack: on the 5.5 models a reply's progress text comes as thinking. The real bolt
 app, runner and `AnthropicModel` (on FakeAnthropic) against FakeSlack: what Slack received shows
-that text where interim text goes (the streamed answer, or the in-progress message), before the
-tool's attachment, and the final answer once; the final answer's own thinking never."""
+that text where narration goes (the in-progress message, with the tool's attachment, above the
+answer; issue 28), before the tool's attachment, and the final answer once and alone; the final
+answer's own thinking never."""
 
 from __future__ import annotations
 
@@ -49,19 +50,16 @@ async def test_thinking_narration_shows_before_the_tools_and_the_answer_once(
     replies = app.replies("C1", event["ts"])
     answer = [reply for reply in replies if ANSWER in markdown_of(reply)]
     assert len(answer) == 1, "the final answer is shown once"
-    shown = markdown_of(answer[0])
-    # Interim text and answer read as one, as a text-block model's would.
-    assert shown.strip() == f"{NARRATION}\n\n{ANSWER}"
+    assert markdown_of(answer[0]).strip() == ANSWER, "the narration does not sit on top of it"
     showing = [reply for reply in replies if NARRATION in texts([reply])]
-    assert showing == answer, "the narration is not shown twice"
-    attachments = [a for reply in replies for a in reply.get("attachments", [])]
-    assert "echo: deploy.log" in texts(attachments)
+    assert len(showing) == 1, "the narration is shown once"
+    assert "echo: deploy.log" in texts(showing[0].get("attachments", []))
+    assert replies.index(showing[0]) < replies.index(answer[0]), "the activity above the answer"
     # Shown while it worked: before the tool's attachment, and long before the answer.
     assert first_call_with(fake_slack, NARRATION) <= first_call_with(fake_slack, "echo: deploy")
     assert first_call_with(fake_slack, NARRATION) < first_call_with(fake_slack, ANSWER)
     interim = fake_slack.calls[first_call_with(fake_slack, NARRATION)]
-    expected = "chat.startStream" if streaming else "chat.postMessage"
-    assert (interim.method, interim.args.get("markdown_text", NARRATION)) == (expected, NARRATION)
+    assert interim.method == "chat.postMessage"  # the in-progress message, never the stream
     # The final answer's thinking is never shown, in any call.
     assert HIDDEN not in json.dumps([call.args for call in fake_slack.calls], ensure_ascii=False)
     assert "white_check_mark" in fake_slack.reactions("C1", event["ts"])

@@ -184,6 +184,27 @@ async def test_native_stream_and_switching_it_off(
     assert raised.value.response["error"] == "unknown_method"
 
 
+async def test_a_native_stream_ends_once_it_is_older_than_slack_allows(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    fake_slack.stream_max_age_s = 0.3
+    parent = fake_slack.seed_message("D1", "q")
+    started = await slack_client.chat_startStream(
+        channel="D1", thread_ts=parent["ts"], markdown_text="so far"
+    )
+    await slack_client.chat_appendStream(channel="D1", ts=started["ts"], markdown_text=", more")
+    await fake_slack.stream_expired("D1", started["ts"])
+    for method in (slack_client.chat_appendStream, slack_client.chat_stopStream):
+        with pytest.raises(SlackApiError) as raised:
+            await method(channel="D1", ts=started["ts"], markdown_text="lost")
+        assert raised.value.response["error"] == "message_not_in_streaming_state"
+    reply = fake_slack.bot_replies("D1", parent["ts"])[0]
+    assert (reply["text"], reply["streaming"]) == ("so far, more", "expired")
+    # It is an ordinary message now: it can be updated.
+    await slack_client.chat_update(channel="D1", ts=started["ts"], text="whole")
+    assert fake_slack.bot_replies("D1", parent["ts"])[0]["text"] == "whole"
+
+
 async def test_files_upload_v2_and_downloads(
     fake_slack: FakeSlack, slack_client: AsyncWebClient
 ) -> None:

@@ -13,6 +13,7 @@ from bots.platforms.slack.surface import (
     WORKING_REACTION,
 )
 from bots.surface.contract import FileOut, Notice
+from core.messages import ToolCall
 from tests.bots.platforms.slack.surface_script import (
     ALICE,
     CHANNEL,
@@ -396,3 +397,29 @@ async def test_a_steered_message_is_acknowledged_with_reactions_not_notes(
     assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
     assert fake_slack.ephemerals == []
     assert fake_slack.bot_replies(CHANNEL, question["ts"]) == []
+
+
+async def test_tool_activity_is_posted_above_an_answer_that_streams_in_the_same_flush(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    """A quick tool call and the answer's first words shown by one flush (issue 28): the
+    in-progress message goes up before the answer's stream starts, so it stays above it."""
+    surface, question = make_surface(slack_client, fake_slack, streaming=True)
+    await surface.emit(started())
+    narrating = Reply()
+    narrating.partial.content.append(
+        ToolCall(id="t1", name="read", arguments={"path": "deploy.log"})
+    )
+    await surface.emit(narrating.end())
+    await surface.emit(tool_start("t1", "read", "Read deploy.log", path="deploy.log"))
+    await surface.emit(tool_end("t1", "read", "disk full"))
+    answering = Reply()
+    await surface.emit(answering.text(ANSWER))  # (no flush yet: nothing above awaited one)
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream")))
+    await surface.emit(answering.end())
+    await surface.emit(finished(ANSWER))
+    await surface.close()
+
+    [activity, answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert activity["attachments"] and not has_stop(activity)
+    assert markdown_of(answer).strip() == ANSWER and has_feedback(answer)

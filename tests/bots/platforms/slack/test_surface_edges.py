@@ -242,7 +242,8 @@ async def test_many_tool_calls_fold_the_oldest(
         await surface.emit(tool_end(f"t{n}", "read", "x" * 5_000, error=n == 3))
     await surface.emit(finished("Read them all."))
     await surface.close()
-    [message] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    [message, answer] = fake_slack.bot_replies(CHANNEL, question["ts"])  # activity, then answer
+    assert markdown_of(answer) == "Read them all." and "attachments" not in answer
     attachments = message["attachments"]
     assert len(attachments) == blocks.MAX_TOOL_ATTACHMENTS
     assert attachments[0]["title"] == "6 earlier tool calls"

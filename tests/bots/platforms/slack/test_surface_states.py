@@ -33,6 +33,14 @@ def test_after_the_end_began_no_path_changes_anything() -> None:
         assert next_phase(phase, path, streams_alone=True) is phase
 
 
+def test_a_stream_that_showed_narration_becomes_the_in_progress_message() -> None:
+    for phase in (Phase.STREAMING, Phase.STREAM_HELD):
+        assert next_phase(phase, Race.STREAM_ADOPTED, streams_alone=False) is (
+            Phase.ACTIVITY_POSTED
+        )
+        assert Phase.ACTIVITY_POSTED in TRANSITIONS[phase]
+
+
 @pytest.mark.parametrize(
     ("phase", "alone", "expected"),
     [
