@@ -38,12 +38,14 @@ from typing import Any
 
 import discord
 
+from bots.platforms.discord.pacing import ChannelPacer
 from bots.platforms.discord.surface_lines import MAX_UPLOAD_BYTES
 from bots.platforms.discord.surface_parts import (
     MAX_PARTS_PER_BLOCK,
     MESSAGE_LIMIT,
     OVERFLOW_FILE,
-    OVERFLOW_TEXT,
+    WRITING_TEXT,
+    attached_text,
 )
 from bots.platforms.discord.surface_recovery import Recovered, recovered_from_ref, ref_int
 from bots.platforms.discord.surface_run import (
@@ -62,14 +64,15 @@ __all__ = [
     "MAX_UPLOAD_BYTES",
     "MESSAGE_LIMIT",
     "OVERFLOW_FILE",
-    "OVERFLOW_TEXT",
     "PLATFORM",
     "TOKEN_LIFE_S",
     "WORKING_TEXT",
+    "WRITING_TEXT",
     "DiscordSurface",
     "DiscordSurfaces",
     "Recovered",
     "Stage",
+    "attached_text",
 ]
 
 
@@ -82,9 +85,13 @@ class DiscordSurfaces:
 
     def __init__(self, client: discord.Client | None = None) -> None:
         self._client = client
+        self._pacer = ChannelPacer()
 
-    def attach(self, client: discord.Client) -> None:
+    def attach(self, client: discord.Client, pacer: ChannelPacer | None = None) -> None:
+        """Surfaces post through `client`, sharing its `pacer` (the bot's, when it has one)."""
         self._client = client
+        if pacer is not None:
+            self._pacer = pacer
 
     def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> Surface | None:
         if ref.get("platform") != PLATFORM or self._client is None:
@@ -105,4 +112,5 @@ class DiscordSurfaces:
             else None,
             recovered=recovered_from_ref(ref),
             own_id=user.id if user is not None else None,
+            pacer=self._pacer,
         )

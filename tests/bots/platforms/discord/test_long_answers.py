@@ -35,10 +35,14 @@ def markers(answer: str) -> list[str]:
     return re.findall(r"¶\d+:", answer)
 
 
+def file_text(attachment: dict[str, Any]) -> str:
+    return str(attachment["data"]).encode("latin-1").decode()  # the fake keeps bytes so
+
+
 def shown_text(messages: list[dict[str, Any]]) -> list[str]:
     """Every piece of text the messages show: contents and attached files."""
     texts = [m["content"] for m in messages]
-    texts += [a["data"] for m in messages for a in m["attachments"]]
+    texts += [file_text(a) for m in messages for a in m["attachments"]]
     return texts
 
 
@@ -51,7 +55,7 @@ def assert_answer_once(messages: list[dict[str, Any]], answer: str) -> None:
     files = [a for m in messages for a in m["attachments"]]
     if files:  # as a file: the whole answer, and no message repeats any of it
         (file,) = files
-        assert file["filename"] == "answer.md" and file["data"] == answer
+        assert file["filename"] == "answer.md" and file_text(file) == answer
     else:  # as messages: in order, together the whole answer
         parts = [m["content"] for m in messages if "¶" in m["content"]]
         assert "\n\n".join(parts) == answer
