@@ -4,8 +4,9 @@ Owns: `Posted` (a message, what this surface last wrote in it, whether it carrie
 its two kinds: `BotMessage`, edited with the bot token, and `InteractionResponse`, an `/ask`'s
 original response, edited through the interaction's token while that token lives. An edit that
 can no longer be made returns False, so the surface shows the content anew with the bot token.
-Also `Poster` (posting with the bot token, mentioning no one unless told) and `Typing` (the
-typing indicator while a run works). Every send and edit with the bot token waits its turn in
+Also `Poster` (posting with the bot token, mentioning no one unless told), `show_with_file`
+(a message edited, or posted, to hold a file) and `Typing` (the typing indicator while a run
+works). Every send and edit with the bot token waits its turn in
 the channel's lane of the bot's `ChannelPacer` (Discord's 5 writes per 5 s per channel).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import io
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -67,7 +69,7 @@ class BotMessage(Posted):
 
     async def edit(self, **fields: Any) -> bool:
         try:
-            async with self._pacer.write(_channel_id(self._message.channel)):
+            async with self._pacer.write(channel_id_of(self._message.channel)):
                 await self._message.edit(**fields)
         except (discord.NotFound, discord.Forbidden):
             return False  # deleted, or not ours to edit: the caller shows it anew
@@ -152,7 +154,7 @@ class Poster:
             kwargs["embed"] = embed
         if files:
             kwargs["files"] = files
-        async with self.pacer.write(_channel_id(self._channel)):
+        async with self.pacer.write(channel_id_of(self._channel)):
             message = await self._channel.send(**kwargs)
         self.last_sent = message.id
         posted = BotMessage(message, content, self.pacer)
@@ -186,6 +188,22 @@ class Typing:
             log.info("the typing indicator failed; the answer is not affected")
 
 
-def _channel_id(channel: object) -> int | None:
+async def show_with_file(
+    posted: Posted | None, poster: Poster, content: str, filename: str, data: bytes
+) -> Posted:
+    """`content` with `data` attached as `filename`, in `posted` (edited: its attachments
+    replaced) or, when there is none or it can no longer be edited, in a new message. The
+    message that shows it."""
+    if posted is not None and await posted.edit(
+        content=content,
+        attachments=[discord.File(io.BytesIO(data), filename=filename)],
+        allowed_mentions=NO_MENTIONS,
+    ):
+        posted.content = content
+        return posted
+    return await poster.send(content, files=[discord.File(io.BytesIO(data), filename=filename)])
+
+
+def channel_id_of(channel: object) -> int | None:
     channel_id = getattr(channel, "id", None)
     return channel_id if isinstance(channel_id, int) else None

@@ -44,7 +44,9 @@ from bots.platforms.discord.surface_posted import (
     Posted,
     Poster,
     Typing,
+    channel_id_of,
     partial_message,
+    show_with_file,
 )
 from bots.platforms.discord.surface_recovery import Recovered, adopt_shown_parts
 from bots.surface.base import SurfaceBase
@@ -136,7 +138,7 @@ class DiscordSurface(SurfaceBase):
         self._stage = Stage.NO_HEAD
         self._head: Posted | None = None
         # An /ask's head is in the channel, the conversation in the thread started from it.
-        self._head_channel_id = _channel_id(head_channel) if head_channel is not None else None
+        self._head_channel_id = channel_id_of(head_channel) if head_channel is not None else None
         if head_id is not None:
             if interaction is not None:
                 self._head = InteractionResponse(interaction, head_id, "", self._token_alive)
@@ -328,10 +330,8 @@ class DiscordSurface(SurfaceBase):
         """The answer goes on past an `/ask`'s head in the channel (a second part, a long
         answer's file, a tool call): the head's text moves to the thread, ahead of what
         follows, and the head says "working" again (at the end: where the answer is)."""
-        head = self._head
-        if head is None or not block.posted or block.posted[0] is not head:
-            return
-        if not self._head_elsewhere():
+        head = block.posted[0] if block.posted else None
+        if head is None or head is not self._head or not self._head_elsewhere():
             return
         text = head.content
         if await head.edit(content=WORKING_TEXT, allowed_mentions=NO_MENTIONS):
@@ -465,22 +465,14 @@ class DiscordSurface(SurfaceBase):
         """A stretch too long for messages: its one message says so, the whole stretch
         attached to it (the "being written" note replaced: nothing is left promising it)."""
         for block in self._blocks:
-            _, overflows = split_parts(block.text)
-            if not overflows or block.overflow_attached:
+            if block.overflow_attached or not split_parts(block.text)[1]:
                 continue
-            line = attached_text(block.text)
             data = block.text.encode()[:MAX_UPLOAD_BYTES]
-            note = block.posted[0] if block.posted else None
-            if note is not None and await note.edit(
-                content=line,
-                attachments=[discord.File(io.BytesIO(data), filename=OVERFLOW_FILE)],
-                allowed_mentions=NO_MENTIONS,
-            ):
-                note.content = line
-            else:  # never shown, or no longer ours to edit: shown anew
-                file = discord.File(io.BytesIO(data), filename=OVERFLOW_FILE)
-                posted = await self._poster.send(line, files=[file])
-                block.posted[:1] = [posted]
+            first = block.posted[0] if block.posted else None
+            shown = await show_with_file(
+                first, self._poster, attached_text(block.text), OVERFLOW_FILE, data
+            )
+            block.posted[:1] = [shown]
             block.overflow_attached = True
             await self._store_ref()
 
@@ -489,8 +481,3 @@ class DiscordSurface(SurfaceBase):
             if block.posted:
                 return block.posted[-1]
         return None
-
-
-def _channel_id(channel: discord.abc.Messageable) -> int | None:
-    channel_id = getattr(channel, "id", None)
-    return channel_id if isinstance(channel_id, int) else None
