@@ -35,7 +35,15 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.discord_limits import (
+    ChannelRateLimits,
+    message_problems,
+    rate_limited_body,
+    too_large,
+)
+
 API_PREFIX = "/api/v10"
+_MESSAGE_WRITE = re.compile(r"/channels/(\d+)/messages(?:/\d+)?")
 DISCORD_EPOCH_MS = 1_420_070_400_000
 BOT_TOKEN = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.fake.bot-token"
 HEARTBEAT_INTERVAL_MS = 41_250
@@ -121,6 +129,9 @@ class FakeDiscord:
         self.expired_tokens: set[str] = set()
         self.files: dict[str, tuple[str, bytes]] = {}  # attachment id: (content type, data)
         self.echo_own_messages = True
+        # Discord's per-channel limit on message writes (sends and edits shared); its 429s.
+        self.rate_limits = ChannelRateLimits()
+        self.rate_limited: list[RecordedRequest] = []
         self.url = ""
         self._ids = itertools.count(1)
         self._scripted: list[ScriptedReply] = []
@@ -523,11 +534,34 @@ class FakeDiscord:
             return await self._interaction_route(r, webhook)
         if r.headers.get("authorization") != f"Bot {self.token}":
             return _json({"message": "401: Unauthorized", "code": 0}, 401)
+        write = _MESSAGE_WRITE.fullmatch(r.path)
+        if write is not None and r.method in ("POST", "PATCH"):
+            return await self._limited_write(r, write.group(1))
+        return await self._route(r)
+
+    async def _route(self, r: RecordedRequest) -> web.StreamResponse:
         for method, pattern, handler in self._routes():
             match = re.fullmatch(pattern, r.path)
             if match is not None and method == r.method:
                 return await handler(r, *match.groups())
         return _json({"message": "404: Not Found", "code": 0}, 404)
+
+    async def _limited_write(self, r: RecordedRequest, channel_id: str) -> web.StreamResponse:
+        """A message sent or edited with the bot token, within Discord's limits: the
+        channel's rate limit (a 429 past it), then what a message may hold (a 400, a 413)."""
+        verdict = self.rate_limits.take(channel_id, "send" if r.method == "POST" else "edit")
+        if not verdict.allowed:
+            self.rate_limited.append(r)
+            return _json(rate_limited_body(verdict.retry_after), 429, verdict.headers)
+        sizes = [len(upload.data) for upload in r.files]
+        if too_large(sizes):
+            return _json({"message": "Request entity too large", "code": 40005}, 413)
+        problems = message_problems(r.json, sizes)
+        if problems is not None:
+            return _json(problems, 400)
+        response = await self._route(r)
+        response.headers.update(verdict.headers)
+        return response
 
     def _routes(self) -> list[tuple[str, str, Callable[..., Any]]]:
         return [
@@ -755,6 +789,9 @@ class FakeDiscord:
             return await self._callback(r, interaction, body)
         if owner_id != self.application_id:
             return _json({"message": "Unknown Webhook", "code": 10015}, 404)
+        problems = message_problems(body, [len(upload.data) for upload in r.files])
+        if problems is not None and r.method in ("POST", "PATCH"):
+            return _json(problems, 400)
         original = interaction.get("original_id")
         if rest in (None, "") and r.method == "POST":
             message = self._new_message(interaction["channel_id"], r, interaction=True)

@@ -37,6 +37,7 @@ from bots.platforms.discord.commands_cog import DISCORD_MARKUP, CommandsCog
 from bots.platforms.discord.events import DM, InteractionContext, conversation_key
 from bots.platforms.discord.memberships import DmMemberships
 from bots.platforms.discord.messages_cog import MessagesCog
+from bots.platforms.discord.pacing import ChannelPacer
 from bots.platforms.discord.surface import EDIT_INTERVAL_S, DiscordSurface, DiscordSurfaces
 from bots.platforms.discord.threads import NO_THREADS_TEXT, channel_title, thread_from
 from bots.runner import ConversationRunner
@@ -93,9 +94,11 @@ class TeammateBot(commands.Bot):
         self.settings = settings
         self.config = settings.discord
         self.memberships = DmMemberships(self, self.config)
+        # One lane per channel for every surface's writes: Discord's limit is the bot's.
+        self.pacer = ChannelPacer()
         # The runner's factory for earlier runs' surfaces (recovery), bound to this bot.
         self.surfaces = surfaces or DiscordSurfaces()
-        self.surfaces.attach(self)
+        self.surfaces.attach(self, self.pacer)
         self._edit_interval_s = edit_interval_s
         self._clock = clock
         # A guild's events reach this shard only: a thread the store did not know stays not
@@ -184,7 +187,11 @@ class TeammateBot(commands.Bot):
     def surface(self, channel: discord.abc.Messageable, **options: Any) -> DiscordSurface:
         """A surface in `channel` (`options`: `DiscordSurface`'s), at the bot's edit pace."""
         return DiscordSurface(
-            channel, clock=self._clock, edit_interval_s=self._edit_interval_s, **options
+            channel,
+            clock=self._clock,
+            edit_interval_s=self._edit_interval_s,
+            pacer=self.pacer,
+            **options,
         )
 
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:

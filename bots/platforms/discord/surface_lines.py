@@ -2,9 +2,10 @@
 
 Owns: the tool call's embed (grey while it runs; green or red with its duration, arguments
 and output cut short when it ends, output too long for an embed attached as a file), the
-lines for a notice, the head's one-line summary at the end, the error line and a file too
-large to attach. Marks and words for how a run ended are the shared ones
-(`bots.surface.base`), so an answer ends the same way on every platform. Pure: no IO.
+lines for a notice, the head's one-line summary at the end (an `/ask`'s head in the channel:
+where the answer is), the error line and a file too large to attach. Marks and words for how a
+run ended are the shared ones (`bots.surface.base`), so an answer ends the same way on every
+platform. Pure: no IO.
 """
 
 from __future__ import annotations
@@ -83,6 +84,16 @@ def summary(event: RunFinished, tools: int) -> str:
     if event.outcome == "done":
         return f"{mark} {used.capitalize()}" if used else f"{mark} {word}"
     return f"{mark} {word} · {used}" if used else f"{mark} {word}"
+
+
+def pointer_line(event: RunFinished, tools: int, thread_id: int) -> str:
+    """What an `/ask`'s head in the channel says at the end when the answer is in the thread
+    started from it (a mention of the thread is a link to it)."""
+    where = f"<#{thread_id}>"
+    if event.outcome == "done":
+        used = f" · used {tools} tool{'s' if tools != 1 else ''}" if tools else ""
+        return f"{OUTCOME_MARK['done']} Answered in {where}{used}"
+    return f"{summary(event, tools)} · in {where}"
 
 
 def error_line(event: RunFinished) -> str:

@@ -4,8 +4,10 @@ Owns: `Posted` (a message, what this surface last wrote in it, whether it carrie
 its two kinds: `BotMessage`, edited with the bot token, and `InteractionResponse`, an `/ask`'s
 original response, edited through the interaction's token while that token lives. An edit that
 can no longer be made returns False, so the surface shows the content anew with the bot token.
-Also `Poster` (posting with the bot token, mentioning no one unless told) and `Typing` (the
-typing indicator while a run works).
+Also `Poster` (posting with the bot token, mentioning no one unless told), `show_with_file`
+(a message edited, or posted, to hold a file) and `Typing` (the typing indicator while a run
+works). Every send and edit with the bot token waits its turn in
+the channel's lane of the bot's `ChannelPacer` (Discord's 5 writes per 5 s per channel).
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import io
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import discord
+
+from bots.platforms.discord.pacing import ChannelPacer
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +57,20 @@ class Posted(abc.ABC):
 
 
 class BotMessage(Posted):
-    def __init__(self, message: discord.Message | discord.PartialMessage, content: str) -> None:
+    def __init__(
+        self,
+        message: discord.Message | discord.PartialMessage,
+        content: str,
+        pacer: ChannelPacer | None = None,
+    ) -> None:
         super().__init__(message.id, content)
         self._message = message
+        self._pacer = pacer or ChannelPacer()
 
     async def edit(self, **fields: Any) -> bool:
         try:
-            await self._message.edit(**fields)
+            async with self._pacer.write(channel_id_of(self._message.channel)):
+                await self._message.edit(**fields)
         except (discord.NotFound, discord.Forbidden):
             return False  # deleted, or not ours to edit: the caller shows it anew
         return True
@@ -116,10 +128,12 @@ def partial_message(channel: discord.abc.Messageable, message_id: int) -> discor
 
 
 class Poster:
-    """Posts with the bot token in the conversation's channel; `last_sent` is the newest."""
+    """Posts with the bot token in the conversation's channel, paced by `pacer`; `last_sent`
+    is the newest."""
 
-    def __init__(self, channel: discord.abc.Messageable) -> None:
+    def __init__(self, channel: discord.abc.Messageable, pacer: ChannelPacer | None = None) -> None:
         self._channel = channel
+        self.pacer = pacer or ChannelPacer()
         self.last_sent: int | None = None
 
     async def send(
@@ -140,9 +154,10 @@ class Poster:
             kwargs["embed"] = embed
         if files:
             kwargs["files"] = files
-        message = await self._channel.send(**kwargs)
+        async with self.pacer.write(channel_id_of(self._channel)):
+            message = await self._channel.send(**kwargs)
         self.last_sent = message.id
-        posted = BotMessage(message, content)
+        posted = BotMessage(message, content, self.pacer)
         posted.has_view = view is not None
         return posted
 
@@ -171,3 +186,24 @@ class Typing:
                 await self._stopped.wait()
         except discord.HTTPException:
             log.info("the typing indicator failed; the answer is not affected")
+
+
+async def show_with_file(
+    posted: Posted | None, poster: Poster, content: str, filename: str, data: bytes
+) -> Posted:
+    """`content` with `data` attached as `filename`, in `posted` (edited: its attachments
+    replaced) or, when there is none or it can no longer be edited, in a new message. The
+    message that shows it."""
+    if posted is not None and await posted.edit(
+        content=content,
+        attachments=[discord.File(io.BytesIO(data), filename=filename)],
+        allowed_mentions=NO_MENTIONS,
+    ):
+        posted.content = content
+        return posted
+    return await poster.send(content, files=[discord.File(io.BytesIO(data), filename=filename)])
+
+
+def channel_id_of(channel: object) -> int | None:
+    channel_id = getattr(channel, "id", None)
+    return channel_id if isinstance(channel_id, int) else None

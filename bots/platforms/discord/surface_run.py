@@ -20,9 +20,11 @@ from typing import Any
 import discord
 
 from bots.platforms.discord.buttons import feedback_view, stop_view
+from bots.platforms.discord.pacing import ChannelPacer
 from bots.platforms.discord.surface_lines import (
     MAX_UPLOAD_BYTES,
     error_line,
+    pointer_line,
     summary,
     too_large_line,
     tool_ended_embed,
@@ -32,6 +34,7 @@ from bots.platforms.discord.surface_notices import post_notice, reacted
 from bots.platforms.discord.surface_parts import (
     OVERFLOW_FILE,
     Block,
+    attached_text,
     split_parts,
 )
 from bots.platforms.discord.surface_posted import (
@@ -41,7 +44,9 @@ from bots.platforms.discord.surface_posted import (
     Posted,
     Poster,
     Typing,
+    channel_id_of,
     partial_message,
+    show_with_file,
 )
 from bots.platforms.discord.surface_recovery import Recovered, adopt_shown_parts
 from bots.surface.base import SurfaceBase
@@ -120,8 +125,10 @@ class DiscordSurface(SurfaceBase):
         clock: Callable[[], float] = time.monotonic,
         edit_interval_s: float = EDIT_INTERVAL_S,
         token_life_s: float = TOKEN_LIFE_S,
+        pacer: ChannelPacer | None = None,
     ) -> None:
         self._channel = channel
+        self._poster = Poster(channel, pacer)  # posts with the bot token, in the conversation
         self._channel_id = channel_id
         self._conversation_channel_id = conversation_channel_id or str(channel_id)
         self._interaction = interaction
@@ -131,12 +138,14 @@ class DiscordSurface(SurfaceBase):
         self._stage = Stage.NO_HEAD
         self._head: Posted | None = None
         # An /ask's head is in the channel, the conversation in the thread started from it.
-        self._head_channel_id = _channel_id(head_channel) if head_channel is not None else None
+        self._head_channel_id = channel_id_of(head_channel) if head_channel is not None else None
         if head_id is not None:
             if interaction is not None:
                 self._head = InteractionResponse(interaction, head_id, "", self._token_alive)
             else:
-                self._head = BotMessage(partial_message(head_channel or channel, head_id), "")
+                self._head = BotMessage(
+                    partial_message(head_channel or channel, head_id), "", self._poster.pacer
+                )
             # Shown before (a restart's report): its Stop button, if any, must go at the end.
             self._head.has_view = True
             self._stage = Stage.HEAD_GIVEN
@@ -149,7 +158,6 @@ class DiscordSurface(SurfaceBase):
         self._tools_shown = self._tool_count  # embeds posted (what a restart can know of)
         self._checkpoint: Callable[[], Awaitable[None]] | None = None
         self._run_id: int | None = None
-        self._poster = Poster(channel)  # posts with the bot token, in the conversation
         self._lock = asyncio.Lock()  # one writer at a time keeps messages in order
         self._throttle = Throttle(self._flush, edit_interval_s, clock=clock)
         self._typing = Typing(channel)
@@ -231,6 +239,8 @@ class DiscordSurface(SurfaceBase):
         self._tool_count += 1
         embed = tool_started_embed(event)
         async with self._lock:
+            for block in self._blocks:  # the answer goes on in the thread: not in the channel
+                await self._move_out_of_head(block)
             # Text after the call goes below it, in a block of its own: the ref names that
             # block's (no) parts before the call shows, so a crash now never has the answer
             # after the call recovered into the text before it.
@@ -282,7 +292,9 @@ class DiscordSurface(SurfaceBase):
                         channel=self._channel,
                         head=self._head,
                         head_free=self._may_use_head(),
+                        head_elsewhere=self._head_elsewhere(),
                         own_id=self._own_id,
+                        pacer=self._poster.pacer,
                     )
             self._blocks.append(block)
             self._throttle.request()
@@ -303,6 +315,29 @@ class DiscordSurface(SurfaceBase):
         if self._run_id is None:
             return None
         return stop_view(self._run_id, self._conversation_channel_id)
+
+    def _head_elsewhere(self) -> bool:
+        """The head is an `/ask`'s response in the channel, the conversation in the thread
+        started from it: the head shows the answer only while that is all of it."""
+        return (
+            self._head is not None
+            and self._head is self._first_head
+            and self._head_channel_id is not None
+            and self._head_channel_id != self._channel_id
+        )
+
+    async def _move_out_of_head(self, block: Block) -> None:
+        """The answer goes on past an `/ask`'s head in the channel (a second part, a long
+        answer's file, a tool call): the head's text moves to the thread, ahead of what
+        follows, and the head says "working" again (at the end: where the answer is)."""
+        head = block.posted[0] if block.posted else None
+        if head is None or head is not self._head or not self._head_elsewhere():
+            return
+        text = head.content
+        if await head.edit(content=WORKING_TEXT, allowed_mentions=NO_MENTIONS):
+            head.content = WORKING_TEXT
+        block.posted[0] = await self._poster.send(text)
+        await self._store_ref()
 
     def _head_shows_answer(self) -> bool:
         """The head shows the answer's first part (streamed into it, or as a restart's ref says
@@ -342,6 +377,15 @@ class DiscordSurface(SurfaceBase):
         `was_working`: this surface showed the head as working (it is a status line)."""
         last = self._last_text_message()
         head = self._head
+        if head is not None and head is not last and self._head_elsewhere():
+            # An /ask's head in the channel: it says where the answer is.
+            line = pointer_line(event, self._tool_count, self._channel_id)
+            if await head.edit(content=line, view=None, allowed_mentions=NO_MENTIONS):
+                head.content = line
+            else:
+                await self._poster.send(line)
+            head.has_view = False
+            head = None  # done with
         head_is_status = was_working
         if head is not None and head.has_view and not was_working:
             # A head shown before a restart: if it still says "working", it is a status.
@@ -373,14 +417,20 @@ class DiscordSurface(SurfaceBase):
                 await self._render_block(block)
 
     async def _render_block(self, block: Block) -> None:
-        parts, _ = split_parts(block.text)
+        parts, overflows = split_parts(block.text)
+        if overflows and block.overflow_attached:
+            parts = [attached_text(block.text)]
+        if len(parts) > 1 or overflows:
+            await self._move_out_of_head(block)
         for index, part in enumerate(parts):
             if index < len(block.posted):
                 posted = block.posted[index]
                 if posted.content != part:
                     await self._edit_or_repost(block, index, content=part)
                 continue
-            if not block.posted and self._may_use_head():
+            # An /ask's head in the channel takes the answer only if it is all of it.
+            whole = len(parts) == 1 and not overflows
+            if not block.posted and self._may_use_head() and (whole or not self._head_elsewhere()):
                 assert self._head is not None
                 block.posted.append(self._head)
                 await self._edit_or_repost(block, 0, content=part)
@@ -412,22 +462,22 @@ class DiscordSurface(SurfaceBase):
         await self._store_ref()
 
     async def _attach_overflow(self) -> None:
+        """A stretch too long for messages: its one message says so, the whole stretch
+        attached to it (the "being written" note replaced: nothing is left promising it)."""
         for block in self._blocks:
-            _, overflows = split_parts(block.text)
-            if overflows and not block.overflow_attached:
-                data = block.text.encode()[:MAX_UPLOAD_BYTES]
-                file = discord.File(io.BytesIO(data), filename=OVERFLOW_FILE)
-                await self._poster.send("", files=[file])
-                block.overflow_attached = True
-                await self._store_ref()
+            if block.overflow_attached or not split_parts(block.text)[1]:
+                continue
+            data = block.text.encode()[:MAX_UPLOAD_BYTES]
+            first = block.posted[0] if block.posted else None
+            shown = await show_with_file(
+                first, self._poster, attached_text(block.text), OVERFLOW_FILE, data
+            )
+            block.posted[:1] = [shown]
+            block.overflow_attached = True
+            await self._store_ref()
 
     def _last_text_message(self) -> Posted | None:
         for block in reversed(self._blocks):
             if block.posted:
                 return block.posted[-1]
         return None
-
-
-def _channel_id(channel: discord.abc.Messageable) -> int | None:
-    channel_id = getattr(channel, "id", None)
-    return channel_id if isinstance(channel_id, int) else None

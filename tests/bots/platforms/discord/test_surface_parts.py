@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from bots.platforms.discord.surface_parts import (
     MAX_PARTS_PER_BLOCK,
     MESSAGE_LIMIT,
-    OVERFLOW_TEXT,
+    WRITING_TEXT,
     split_parts,
 )
 from bots.surface.markdown_split import split_markdown
@@ -29,7 +29,7 @@ PIECES = [
 def split_whole(text: str) -> tuple[list[str], bool]:
     parts = split_markdown(text, MESSAGE_LIMIT) if text.strip() else []
     if len(parts) > MAX_PARTS_PER_BLOCK:
-        return [*parts[: MAX_PARTS_PER_BLOCK - 1], OVERFLOW_TEXT], True
+        return [WRITING_TEXT], True
     return parts, False
 
 
@@ -43,12 +43,12 @@ def test_parts_are_those_of_the_whole_text(pieces: list[str], glue: int) -> None
 def test_a_huge_answer_is_split_only_as_far_as_it_is_shown() -> None:
     text = "\n\n".join(f"Paragraph {i}: " + "words " * 60 for i in range(700))  # 260 kB
     parts, overflows = split_parts(text)
-    assert overflows and len(parts) == MAX_PARTS_PER_BLOCK and parts[-1] == OVERFLOW_TEXT
+    assert overflows and parts == [WRITING_TEXT]
     assert (parts, overflows) == split_whole(text)
 
 
 def test_blank_lines_between_parts_fall_back_to_splitting_it_whole() -> None:
-    # Blank lines are dropped between parts: a prefix of 11 messages' worth holds fewer.
-    text = ("y" * 1_900 + "\n" * 2_000) * 12
+    # Blank lines are dropped between parts: a prefix of five messages' worth holds fewer.
+    text = ("y" * 1_900 + "\n" * 2_000) * 6
     assert split_parts(text) == split_whole(text)
     assert split_parts(text)[1]  # overflows

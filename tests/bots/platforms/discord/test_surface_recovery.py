@@ -11,12 +11,11 @@ import pytest
 from discord.ext import commands
 
 from bots.platforms.discord.surface import (
-    MAX_PARTS_PER_BLOCK,
     MESSAGE_LIMIT,
     OVERFLOW_FILE,
-    OVERFLOW_TEXT,
     DiscordSurface,
     DiscordSurfaces,
+    attached_text,
 )
 from bots.surface.contract import RunStarted
 from bots.surface.markdown_split import split_markdown
@@ -143,30 +142,39 @@ async def test_an_answer_whose_deltas_were_dropped_is_shown_whole(
     assert head["content"] == whole
 
 
-@pytest.mark.parametrize("stored_when", ["before the file", "after the file"])
+@pytest.mark.parametrize("stored_when", ["while in parts", "before the file", "after the file"])
 async def test_a_huge_answer_recovered_attaches_its_file_once(
     ready_bot: commands.Bot, fake_discord: FakeDiscord, stored_when: str
 ) -> None:
-    """Killed once the end posted `answer.md` (before or after its ref was stored): the file
-    is not attached again, and the parts are each shown once."""
+    """Killed while the answer still showed as parts, or once its one message had the file
+    (before or after that ref was stored): one message holds the whole answer as a file, once,
+    and no part is left beside it."""
     channel = general(fake_discord)
     before = surface_in(ready_bot, channel, conversation_channel_id=channel)
     stored = checkpoints(before)
-    answer = paragraphs("sea", 60)  # over ten messages' worth
+    answer = paragraphs("sea", 60)  # over four messages' worth
     await before.emit(RunStarted(key(channel), RUN, ADA))
-    await stream(before, answer, chunk=5_000)
+    partial = AssistantMessage()
+    await before.emit(MessageStart(message=partial))
+    for start in range(0, len(answer), 1_500):
+        delta = TextDelta(partial=partial, index=0, delta=answer[start : start + 1_500])
+        await before.emit(MessageUpdate(message=partial, delta=delta))
+        if start == 4_500:  # four parts shown
+            await before._throttle.drain()
+            in_parts = dict(before.ref)
+    await before.emit(MessageEnd(message=AssistantMessage(content=[Text(text=answer)])))
+    streamed = dict(before.ref)  # as the feed stores it after the last event
     await before.emit(finished(channel, answer))
     await before.close()
+    assert len(in_parts["parts"]) == 4 and "attached" not in streamed
     files = [m for m in fake_discord.channel_messages(channel) if m["attachments"]]
     assert len(files) == 1
-    ref = stored[-1] if stored_when == "after the file" else stored[-2]
-    assert ref.get("attached") is (True if stored_when == "after the file" else None)
-    after = recovered(ready_bot, channel, ref)
+    ref = {"while in parts": in_parts, "before the file": streamed, "after the file": stored[-1]}
+    assert stored[-1].get("attached") is True
+    after = recovered(ready_bot, channel, ref[stored_when])
     await after.emit(finished(channel, answer))
     await after.close()
-    shown = fake_discord.channel_messages(channel)
-    (file,) = [m for m in shown if m["attachments"]]
-    assert file["attachments"][0]["filename"] == OVERFLOW_FILE
-    texts = [m["content"] for m in shown if not m["attachments"]]
-    assert len(texts) == MAX_PARTS_PER_BLOCK and texts[-1] == OVERFLOW_TEXT
-    assert texts[:-1] == split_markdown(answer, MESSAGE_LIMIT)[: MAX_PARTS_PER_BLOCK - 1]
+    (note,) = fake_discord.channel_messages(channel)  # the head, holding the whole answer
+    (attached,) = note["attachments"]
+    assert attached["filename"] == OVERFLOW_FILE and attached["data"] == answer
+    assert note["content"] == attached_text(answer)
