@@ -31,8 +31,10 @@ Prints the conditions, each round, a table, and last one JSON line with
 `instance_cpu_ms_per_answer_1`/`_2`, `scale_2_vs_1_core_per_instance`,
 `scale_2_vs_1_bound_here`, `instance_waiting_for_cpu_2`, `load`,
 `pg_appends_per_s_200_concurrent`, `duplicates`, `answered`, `sent`.
-Targets: PostgreSQL's overhead per turn within 3x of SQLite's; 2 instances at least 1.5x the
-answers/s of 1; zero duplicates. A measurement, not a test: CI runs it only at a tiny size.
+Targets: PostgreSQL's overhead per turn within 3x of SQLite's (fencing on); 2 instances at most
+1.25x the CPU per answer of 1 (two cores cannot show throughput scaling: one instance with the
+fake, the balancer and the database already keeps both busy); zero duplicates. A measurement,
+not a test: CI runs it only at a tiny size.
 """
 
 from __future__ import annotations
@@ -237,13 +239,14 @@ async def run(args: argparse.Namespace, server: pg.PgServer, directory: Path) ->
     print_table(results)
     scale = results["pg_2"]["answers_per_s"] / results["pg_1"]["answers_per_s"]
     per_cpu = cpu_projection(results["pg_1"], results["pg_2"])
-    print(f"2 instances / 1: {scale:.2f}x (target >= 1.5x)")
+    print(f"2 instances / 1: {scale:.2f}x answers/s (what {os.cpu_count()} cores can show)")
+    cpu_ratio = per_cpu["cpu_ms_2"] / max(per_cpu["cpu_ms_1"], 1e-9)
     print(
         f"CPU per answer, ms: 1 instance {per_cpu['cpu_ms_1']:.1f} (the instance "
         f"{results['pg_1']['instance_cpu_ms_per_answer']:.1f}), 2 instances "
         f"{per_cpu['cpu_ms_2']:.1f} (the instances "
         f"{results['pg_2']['instance_cpu_ms_per_answer']:.1f}); the fake Slack, load balancer "
-        "and PostgreSQL are the rest"
+        f"and PostgreSQL are the rest: 2 / 1 = {cpu_ratio:.2f}x (target <= 1.25x)"
     )
     print(
         f"per CPU: with a core for each instance (the rest elsewhere) 2 / 1 would be "
