@@ -3,6 +3,8 @@ finally shows, and which calls it took to get there."""
 
 from __future__ import annotations
 
+import asyncio
+
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.platforms.slack.blocks import GREEN, RED, parse_feedback_value, parse_stop_value
@@ -423,3 +425,52 @@ async def test_tool_activity_is_posted_above_an_answer_that_streams_in_the_same_
     [activity, answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
     assert activity["attachments"] and not has_stop(activity)
     assert markdown_of(answer).strip() == ANSWER and has_feedback(answer)
+
+
+async def test_after_a_429_on_append_stream_nothing_more_is_appended_until_retry_after(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    """Slack asked for 30 s of quiet: the text written meanwhile waits (no append would be
+    accepted, each would cost another 429), and the end shows all of it once."""
+    surface, question = make_surface(slack_client, fake_slack, sleeps=[])
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("One. "))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    fake_slack.fail_next("chat.appendStream", 429, retry_after=30)
+    await surface.emit(reply.text("Two. "))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.appendStream")))
+    for more in ("Three. ", "Four. ", "Five."):
+        await surface.emit(reply.text(more))
+        await asyncio.sleep(0.1)  # several update intervals (0.02 s) pass
+    assert [c.status for c in fake_slack.calls_to("chat.appendStream")] == [429]
+    await surface.emit(reply.end())
+    await surface.emit(finished("One. Two. Three. Four. Five."))
+    await surface.close()
+    replies = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert [m["text"] for m in replies] == ["One. Two. Three. Four. Five."]
+
+
+async def test_a_part_of_the_answer_refused_with_5xx_is_tried_again_with_backoff_once(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    """Slack answers 503 twice to the post of the answer's second part: it is posted after
+    waiting 0.5 s, then 1 s (looking in the thread first each time), and shown once."""
+    sleeps: list[float] = []
+    surface, question = make_surface(slack_client, fake_slack, streaming=False, sleeps=sleeps)
+    answer = "\n\n".join(f"Paragraph {n}: " + "word " * 150 for n in range(30))
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text(answer[:100]))
+    await fake_slack.wait_for(lambda f: len(f.bot_replies(CHANNEL, question["ts"])) == 1)
+    fake_slack.fail_next("chat.postMessage", 503, times=2)
+    await surface.emit(reply.text(answer[100:]))
+    await surface.emit(reply.end())
+    await surface.emit(finished(answer))
+    await surface.close()
+    assert [c.status for c in fake_slack.calls_to("chat.postMessage")][-3:] == [503, 503, 200]
+    assert sleeps == [0.5, 1.0]
+    shown = " ".join(
+        markdown_of(m) for m in fake_slack.bot_replies(CHANNEL, question["ts"])
+    ).split()
+    assert shown == answer.split()
