@@ -29,7 +29,13 @@ from core.messages import (
     UserMessage,
 )
 from core.models.base import Model, ModelRequest, StreamEnd
-from storage.base import Conversation, ConversationStore, LoadedConversation, StoredMessage
+from storage.base import (
+    Conversation,
+    ConversationStore,
+    Fence,
+    LoadedConversation,
+    StoredMessage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -246,9 +252,11 @@ async def compact_if_needed(
     model: Model,
     *,
     force: bool,
+    fence: Fence | None = None,
 ) -> LoadedConversation:
     """Summarise older turns and store the summary if the next request would not fit (or if
-    `force`, after the model reported an overflow). Returns what the run should send from."""
+    `force`, after the model reported an overflow). Returns what the run should send from.
+    `fence`: the run's lease (a shared store refuses the summary once it changed hands)."""
     tokens = context_tokens(context_messages(loaded))
     window = model.info.context_window
     if not force and not needs_compaction(tokens, window, settings.reserve_tokens):
@@ -269,6 +277,7 @@ async def compact_if_needed(
         summary,
         up_to,
         {"tokens_before": tokens, "messages_summarised": len(cut.older)},
+        fence=fence,
     )
     log.info("compacted %s up to seq %s (%s tokens)", conversation.key, up_to, tokens)
     return LoadedConversation(conversation=conversation, compaction=stored, messages=cut.recent)

@@ -455,9 +455,15 @@ class Run:
     async def _compact(
         self, loaded: LoadedConversation, model: Model, *, force: bool
     ) -> LoadedConversation:
-        self._fence.check("compacting")  # (its own writes are not fenced: bots.compaction)
+        self._fence.check("compacting")
         return await compaction.compact_if_needed(
-            self._store, self._settings.compaction, self._conversation, loaded, model, force=force
+            self._store,
+            self._settings.compaction,
+            self._conversation,
+            loaded,
+            FencedModel(model, self._fence),  # the summary's model call is checked too
+            force=force,
+            fence=self._fence.token,
         )
 
     async def _with_context_note(self, loaded: LoadedConversation, wanted: str) -> list[Message]:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from bots import compaction
 from bots.runner import QUEUED_TEXT
+from bots.settings import CompactionSettings
 from core.messages import AssistantMessage, Text
 from core.models.scripted import Reply, ScriptedModel, call
 from storage.base import Fence, FencedOut, RunRecord
@@ -239,3 +241,28 @@ async def test_appends_grouped_in_one_statement_are_fenced_one_by_one(lapsed: La
     assert not any(isinstance(o, BaseException) for o in outcomes[0::2])
     assert await b.message_count(other.id) == 20
     assert [m.seq for m in (await b.load(conversation_id)).messages] == [1]  # "one" only
+
+
+async def test_a_compaction_by_a_run_whose_lease_was_taken_stores_no_summary(
+    lapsed: Lapsed,
+) -> None:
+    """The runner's compaction writes its summary with the run's fence: once the lease
+    changed hands, the summary is refused like every other write of that run."""
+    a, b, stale, conversation_id = lapsed.a, lapsed.b, lapsed.fence, lapsed.conversation_id
+    for n in range(4):
+        reply = AssistantMessage(content=[Text(text=f"turn {n} " + "words " * 50)])
+        for message in (incoming_message(f"question {n}"), reply):
+            await b.append_message(conversation_id, message, fence=b.fence(conversation_id))
+    loaded = await a.load(conversation_id)
+    model = ScriptedModel([Reply(text="the summary")])
+    with pytest.raises(FencedOut):
+        await compaction.compact_if_needed(
+            a,
+            CompactionSettings(keep_recent_tokens=10),
+            loaded.conversation,
+            loaded,
+            model,
+            force=True,
+            fence=stale,
+        )
+    assert (await b.load(conversation_id)).compaction is None
