@@ -5,8 +5,10 @@ given up, and a journal whose events are all done is emptied."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -179,3 +181,61 @@ async def test_events_written_down_together_are_acknowledged_together(
     assert len({acknowledged_at[n] for n in range(1, 41)}) <= 2
     assert [b for _, b, _ in journal_module._undone(journal.path)] == [body(n) for n in range(41)]
     await journal.close()
+
+
+async def test_a_process_killed_with_events_undone_leaves_a_journal_the_next_one_adopts(
+    tmp_path: Path,
+) -> None:
+    """A real process records two events, marks one done and dies without closing: the next
+    process finds its file (by name, by header) and replays the undone one, at attempt 2."""
+    script = (
+        "import asyncio, os, sys\n"
+        "from pathlib import Path\n"
+        "from bots.journal import EventJournal\n"
+        "async def main():\n"
+        "    journal = EventJournal(Path(sys.argv[1]))\n"
+        "    first = await journal.record('event', {'event_id': 'Ev1'})\n"
+        "    await journal.record('event', {'event_id': 'Ev2'})\n"
+        "    await journal.done(first)\n"
+        "    os._exit(0)  # no close: as a crash leaves it\n"
+        "asyncio.run(main())\n"
+    )
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", script, str(tmp_path))
+    assert await child.wait() == 0
+    [left] = await asyncio.to_thread(lambda: list(tmp_path.glob("*")))
+    assert left.suffix == ".jsonl" and all(c.isalnum() or c in "_.-" for c in left.name)
+    journal = EventJournal(tmp_path)
+    replays = await journal.adopt_orphans()
+    assert [(r.kind, r.body) for r in replays] == [("event", {"event_id": "Ev2"})]
+    assert journal_module._undone(journal.path) == [("event", {"event_id": "Ev2"}, 2)]
+    await journal.close()
+
+
+async def test_an_event_recorded_is_written_at_its_first_attempt(tmp_path: Path) -> None:
+    journal = EventJournal(tmp_path)
+    await journal.record("event", body(1))
+    assert journal_module._undone(journal.path) == [("event", body(1), 1)]
+    await journal.close()
+
+
+async def test_a_done_after_close_leaves_the_event_to_be_replayed(tmp_path: Path) -> None:
+    """Work that ends after the journal closed (a shutdown's stragglers) writes nothing: the
+    event stays undone in the file, for the next process to replay and the store to de-dup."""
+    journal = EventJournal(tmp_path)
+    entry = await journal.record("event", body(1))
+    await journal.close()
+    await journal.done(entry)
+    assert journal_module._undone(journal.path) == [("event", body(1), 1)]
+
+
+async def test_an_event_that_cannot_be_written_down_is_refused(tmp_path: Path) -> None:
+    """Where the journal cannot write (its directory is a file: read-only, full or gone
+    alike), `record` raises: the event is not acknowledged as if it were safe."""
+    blocked = tmp_path / "journal"
+    blocked.write_text("not a directory")
+    journal = EventJournal(blocked)
+    with pytest.raises(OSError):
+        await journal.record("event", body(1))
+    assert journal.outstanding == 0
+    with contextlib.suppress(OSError):  # (nor can it remove its file on the way out)
+        await journal.close()
