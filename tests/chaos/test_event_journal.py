@@ -239,3 +239,18 @@ async def test_an_event_that_cannot_be_written_down_is_refused(tmp_path: Path) -
     assert journal.outstanding == 0
     with contextlib.suppress(OSError):  # (nor can it remove its file on the way out)
         await journal.close()
+
+
+async def test_an_orphan_another_adopter_took_first_is_skipped_and_the_rest_adopted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes adopt at once: the file the other renamed first is gone by the time this
+    one renames it; this one goes on to the next orphan instead of stopping."""
+    line = json.dumps({"id": 1, "kind": "event", "attempt": 1, "event": body(2)})
+    write_orphan(tmp_path, "b-dead.jsonl", dead_owner(), [line])
+    taken = tmp_path / "a-dead.jsonl"  # listed, then renamed away by the other adopter
+    listed = EventJournal._orphan_files
+    monkeypatch.setattr(EventJournal, "_orphan_files", lambda self: [taken, *listed(self)])
+    journal = EventJournal(tmp_path)
+    assert [(r.kind, r.body) for r in await journal.adopt_orphans()] == [("event", body(2))]
+    await journal.close()
