@@ -6,11 +6,13 @@ in (Socket Mode: `SLACK_APP_TOKEN`, following whatever URL `apps.connections.ope
 mode: signed requests on `/slack/events`), the tasks that do each event's work after its
 acknowledgement, and a graceful shutdown.
 
-The acknowledgement comes first: every listener only writes a message event to the journal
+The acknowledgement comes first: events go straight to their handlers
+(`bots.platforms.slack.event_route`, ahead of bolt's listener matching); each only writes a
+message event to the journal
 (`bots.journal`: an acknowledged event survives a crash before it reached the store)
 and schedules its work in a task tracked here (bolt runs with `process_before_response=True`,
 so the ack is sent the moment the listener returns, with no polling). In HTTP mode that
-work starts once no request has been handled for 10 ms (`HttpGate.ack_first`, 1 s at most): a
+work starts once no request has been handled for 10 ms (`HttpGate.ack_first`, 2 s at most): a
 burst's acknowledgements do not wait for the work of its first events. Before taking events,
 `connect_socket_mode` and `listen_http` replay what a crashed process acknowledged and never
 handed to the runner. Shutdown stops taking events (a request arriving while
@@ -30,6 +32,7 @@ import aiohttp
 
 from bots.features.scheduler import SCHEDULED_BY, StartedThread
 from bots.journal import EventJournal
+from bots.platforms.slack.event_route import EventRoute
 from bots.platforms.slack.events import SlackMessage
 from bots.platforms.slack.files import FileFetcher
 from bots.platforms.slack.http_gate import MAX_BODY_BYTES, HttpGate
@@ -85,13 +88,18 @@ class SlackBot:
             client=self.client,
             # Socket Mode needs none; HTTP mode checks it is set (`listen_http`).
             signing_secret=signing.get_secret_value() if signing is not None else "",
+            # Checked once, on the raw bytes, by `HttpGate` (HTTP mode's only way in) before bolt
+            # sees the request; Socket Mode has no signatures. A second HMAC here was waste.
+            request_verification_enabled=False,
             process_before_response=True,
             # bolt's say/set_status helpers are not used (the surface talks to Slack): not
             # building them keeps every acknowledgement a little cheaper.
             attaching_conversation_kwargs_enabled=False,
             logger=logging.getLogger("slack_bolt"),
         )
-        self.bolt.middleware(self._refuse_while_closing)
+        # Events go straight to their handlers (and nothing passes while closing).
+        self.event_route = EventRoute(closing=lambda: self._closing)
+        self.bolt.use(self.event_route)
         self.surfaces = AppSurfaces(
             self.client, SurfaceOptions(usage_footer=settings.slack.usage_footer)
         )
@@ -159,7 +167,7 @@ class SlackBot:
             spawn=self.spawn,
             journal=self.journal,
         )
-        listeners.register(self.bolt)
+        listeners.register(self.bolt, self.event_route)
         self._listeners = listeners
         if self._commands is not None:
             self._commands(self.bolt, self)
@@ -309,14 +317,6 @@ class SlackBot:
             await work
         except Exception:
             log.exception("handling %s failed", name)
-
-    async def _refuse_while_closing(self, next: Callable[[], Awaitable[Any]]) -> Any:
-        if self._closing:
-            from slack_bolt.response import BoltResponse
-
-            # Not acknowledged: Slack delivers it again, to the next process.
-            return BoltResponse(status=503, body="shutting down")
-        return await next()
 
 
 class AppSurfaces:

@@ -1,7 +1,8 @@
 """What Teammate does with each Slack event, button click and assistant-thread event.
 
-Owns: `SlackListeners`: registering bolt listeners (`app_mention`, `message`, the Stop and
-feedback buttons, bolt's `AsyncAssistant` for AI-app threads), and the work behind each, which
+Owns: `SlackListeners`: its handlers for events (mentions, messages, AI-app threads, the
+native Stop: routed by `bots.platforms.slack.event_route`), the Stop and feedback buttons (bolt
+listeners), and the work behind each, which
 runs after the acknowledgement in a task the app tracks (a click's is
 `bots.platforms.slack.clicks`): translate the payload (`bots.platforms.slack.events`), check
 the allow-lists and DMs, stop on `@teammate stop`, otherwise look up the author's name,
@@ -44,6 +45,7 @@ from bots.platforms.slack.blocks import (
     STOP_ACTION_ID,
 )
 from bots.platforms.slack.clicks import SlackClicks, parse_click
+from bots.platforms.slack.event_route import EventRoute, Route
 from bots.platforms.slack.events import (
     AssistantThreadEvent,
     Ignored,
@@ -131,29 +133,20 @@ class SlackListeners:
 
     # -- registration ------------------------------------------------------------------------
 
-    def register(self, bolt: Any) -> None:
-        """Add the listeners to a bolt `AsyncApp` (created with `process_before_response=True`:
-        every listener here only schedules its work, so the acknowledgement is immediate)."""
-        from slack_bolt.middleware.assistant.async_assistant import AsyncAssistant
-
-        assistant = AsyncAssistant()
-        assistant.thread_started(self._on_assistant_thread_started)
-        assistant.thread_context_changed(self._on_assistant_context_changed)
-        assistant.user_message(self._on_assistant_message)
-        bolt.assistant(assistant)
-        bolt.event("app_mention")(self._on_event)
-        bolt.event("message")(self._on_event)
-        bolt.event("agent_session_stopped")(self._on_native_stop)
+    def register(self, bolt: Any, route: EventRoute) -> None:
+        """Add the handlers: events through `route` (ahead of bolt's listener matching), the
+        buttons as bolt listeners (bolt runs with `process_before_response=True`: every
+        handler here only schedules its work, so the acknowledgement is immediate)."""
+        route.handle(Route.EVENT, self._on_event)
+        route.handle(Route.ASSISTANT, self._on_assistant_event)
+        route.handle(Route.NATIVE_STOP, self._on_native_stop)
         bolt.action(STOP_ACTION_ID)(self._on_stop_button)
         bolt.action(FEEDBACK_ACTION_ID)(self._on_feedback_button)
 
     async def _on_event(self, body: dict[str, Any]) -> None:
         await self._journaled(EVENT, body)
 
-    async def _on_assistant_message(self, body: dict[str, Any]) -> None:
-        await self._journaled(ASSISTANT, body)
-
-    async def _on_assistant_thread_started(self, body: dict[str, Any]) -> None:
+    async def _on_assistant_event(self, body: dict[str, Any]) -> None:
         await self._journaled(ASSISTANT, body)
 
     async def _journaled(self, kind: str, body: dict[str, Any]) -> None:
@@ -190,10 +183,6 @@ class SlackListeners:
         await self.handle_event(body, assistant_thread=kind == ASSISTANT)
         if entry is not None and self._journal is not None:
             await self._journal.done(entry)
-
-    async def _on_assistant_context_changed(self, body: dict[str, Any]) -> None:
-        """Nothing to do: Teammate does not use the channel a person is viewing. (Without this
-        listener bolt would save the context with extra Web API calls.)"""
 
     async def _on_native_stop(self, body: dict[str, Any]) -> None:
         self._spawn(self._clicks.handle_native_stop(body), _task_name(body))

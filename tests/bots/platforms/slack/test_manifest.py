@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+from bots.platforms.slack.event_route import Route, route_of
 from bots.platforms.slack.manifest import (
     BOT_EVENTS,
     BOT_SCOPES,
@@ -48,12 +50,26 @@ def test_http_mode_manifest_points_every_request_at_the_url() -> None:
 
 
 def test_events_cover_what_the_listeners_subscribe_to() -> None:
-    listeners = (SLACK / "listeners.py").read_text()
-    for event in ("app_mention", "message"):
-        assert f'bolt.event("{event}")' in listeners
-    assert "bolt.assistant(" in listeners  # assistant_thread_* events
-    assert {"assistant_thread_started", "assistant_thread_context_changed"} <= set(BOT_EVENTS)
-    assert "agent_session_stopped" in BOT_EVENTS  # or Slack's stop button is not offered
+    """Every event the manifest subscribes to reaches a handler of Teammate's (not bolt's
+    unmatched-request path), and every event type routed to one is subscribed to."""
+    routed: set[str] = set()
+    for subscribed in BOT_EVENTS:
+        kind, _, channel_type = subscribed.partition(".")
+        event: dict[str, Any] = {"type": kind, "user": "U1", "ts": "1.2", "channel": "C1"}
+        if channel_type:
+            event["channel_type"] = channel_type
+        route = route_of({"type": "event_callback", "event": event})
+        assert route is not Route.BOLT, subscribed
+        routed.add(kind)
+    for kind in ("reaction_added", "app_home_opened", "tokens_revoked"):  # not subscribed
+        assert route_of({"type": "event_callback", "event": {"type": kind}}) is Route.BOLT
+    assert routed == {
+        "app_mention",
+        "message",
+        "assistant_thread_started",
+        "assistant_thread_context_changed",
+        "agent_session_stopped",  # or Slack's stop button is not offered
+    }
 
 
 def test_every_web_api_family_the_adapter_calls_has_its_scope() -> None:
