@@ -99,7 +99,7 @@ async def test_a_viewer_signs_in_read_only_and_a_replayed_callback_is_refused(
 ) -> None:
     slack.oidc.signs_in("UVIEW")
     async with start_console(slack_settings(tmp_path, slack), sqlite_store) as console:
-        context, page = await new_page(browser)
+        _context, page = await new_page(browser)
         await page.goto(console.url + "/signin")
         callbacks: list[str] = []
         page.on("request", lambda r: callbacks.append(r.url) if "/callback" in r.url else None)
