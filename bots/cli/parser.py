@@ -127,6 +127,11 @@ def _slack(commands: Commands) -> None:
         ),
     )
     manifest.add_argument("--request-url", metavar="URL", help="HTTP mode's public URL")
+    manifest.add_argument(
+        "--console-url",
+        metavar="URL",
+        help="the console's address, for Sign in with Slack (default: [console] public_url)",
+    )
     manifest.add_argument("--name", default="Teammate", help="the app's name (default Teammate)")
     manifest.set_defaults(run=manifest_command)
 
