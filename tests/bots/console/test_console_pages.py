@@ -146,3 +146,27 @@ async def test_a_change_without_the_page_s_csrf_token_is_refused(
         ):
             assert response.status == 403
         assert await sqlite_store.get_channel_config(CHANNEL) is None
+
+
+async def test_a_direct_message_s_text_is_hidden_unless_the_setting_shows_it(
+    tmp_path: Path, sqlite_store: Any, browser: Any, start_console: StartConsole
+) -> None:
+    dm = "slack:T1:D0PRIVATE"
+    await sqlite_store.add_memory_note(
+        dm, "my salary is 100", by="U1", max_notes=30, max_chars=4000
+    )
+    for show in (False, True):
+        settings = settings_for(tmp_path).model_copy(
+            update={
+                "console": settings_for(tmp_path).console.model_copy(
+                    update={"show_direct_messages": show}
+                )
+            }
+        )
+        async with start_console(settings, sqlite_store) as console:
+            context, page = await new_page(browser)
+            await signed_in(context, console, ADMIN, "admin")
+            await page.goto(f"{console.url}/channels/{dm}")
+            text = await page.inner_text("main")
+            assert ("my salary is 100" in text) is show
+            assert ("hidden: a direct message" in text) is not show
