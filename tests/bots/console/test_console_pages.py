@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from bots.settings import ChannelConfig, SlackSettings
+from core.messages import Usage
 from tests.bots.console.browser import new_page, shoot, signed_in
 from tests.bots.console.conftest import StartConsole, console_settings
 
@@ -31,6 +32,14 @@ async def test_every_page_renders_under_the_csp_without_a_script_error(
     tmp_path: Path, sqlite_store: Any, browser: Any, start_console: StartConsole
 ) -> None:
     settings = settings_for(tmp_path)
+    for n, (channel, cost) in enumerate([(CHANNEL, 0.5), ("discord:G1:7", 0.25), (CHANNEL, 1.0)]):
+        conversation = await sqlite_store.get_or_create_conversation(
+            f"{channel}:{n}", channel_key=channel
+        )
+        run = await sqlite_store.start_run(conversation.id, user_id=f"U{n}", model="m")
+        await sqlite_store.record_usage(run.id, Usage(input=100, output=50, cost=cost))
+        await sqlite_store.finish_run(run.id, "done")
+        await sqlite_store.set_run_feedback(run.id, "U9", "up" if n else "down")
     await sqlite_store.add_memory_note(CHANNEL, HOSTILE, by="U1", max_notes=30, max_chars=4000)
     await sqlite_store.set_channel_config(CHANNEL, {"system_prompt": HOSTILE}, by="U1")
     async with start_console(settings, sqlite_store) as console:
@@ -52,9 +61,16 @@ async def test_every_page_renders_under_the_csp_without_a_script_error(
         await page.goto(f"{console.url}/channels/{CHANNEL}")
         assert await page.evaluate("window.__pwned") is None
         assert HOSTILE in await page.inner_text("main")
-        # The overview's chart was drawn by the shipped Chart.js (no CDN: no network here).
+        # The overview's figures, and its chart drawn by the shipped Chart.js (no CDN here).
         await page.goto(console.url + "/")
         await page.wait_for_function("window.Chart && Chart.getChart('cost-chart') !== undefined")
+        cards = await page.inner_text(".cards")
+        assert "3\nanswers" in cards and "$1.75" in cards and "67%" in cards
+        datasets = await page.evaluate(
+            "Chart.getChart('cost-chart').data.datasets.map(d => d.label)"
+        )
+        assert datasets == [CHANNEL, "discord:G1:7"]  # stacked by channel, the costliest first
+        await shoot(page, "overview")
         assert page.problems == []
 
 
