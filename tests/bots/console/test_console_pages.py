@@ -186,3 +186,30 @@ async def test_a_direct_message_s_text_is_hidden_unless_the_setting_shows_it(
             text = await page.inner_text("main")
             assert ("my salary is 100" in text) is show
             assert ("hidden: a direct message" in text) is not show
+
+
+async def test_the_audit_log_pages_and_filters_newest_first(
+    tmp_path: Path, sqlite_store: Any, browser: Any, start_console: StartConsole
+) -> None:
+    for n in range(55):
+        await sqlite_store.append_audit(
+            actor=f"slack:U{n % 2}",
+            action="memory.add" if n % 5 else "config.set",
+            target=CHANNEL,
+            origin="slack",
+            detail={"n": n},
+        )
+    async with start_console(settings_for(tmp_path), sqlite_store) as console:
+        context, page = await new_page(browser)
+        await signed_in(context, console, VIEWER, "viewer")  # viewers may read the log
+        await page.goto(console.url + "/audit")
+        first = page.locator("tbody tr")
+        assert await first.count() == 50
+        assert await first.first.locator("td").first.inner_text() == "55"  # newest first
+        await page.click("text=Older entries")
+        await page.wait_for_url("**before=*")
+        assert await page.locator("tbody tr").count() == 5
+        await page.goto(console.url + "/audit?action=config.set&actor=slack:U0")
+        rows = page.locator("tbody tr")
+        assert await rows.count() == 6  # n = 0, 10, ..., 50
+        assert "memory.add" not in await page.inner_text("tbody")
