@@ -19,6 +19,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from core.messages import Message, Usage
+from storage.console_records import (
+    ChannelActivity,
+    ConsoleHealth,
+    ConsoleOverview,
+    DayCost,
+    LeaseHolder,
+    RecentError,
+    RunningRun,
+)
 from storage.coordination import (
     InstanceCoordination,
     LeaseLost,
@@ -56,24 +65,31 @@ from storage.records import (
 __all__ = [
     "Accepted",
     "AuditEntry",
+    "ChannelActivity",
     "Compaction",
+    "ConsoleHealth",
+    "ConsoleOverview",
     "Conversation",
     "ConversationStore",
     "DatabaseDamaged",
+    "DayCost",
     "FeedbackTally",
     "Fence",
     "FencedOut",
     "InboxItem",
     "InstanceCoordination",
+    "LeaseHolder",
     "LeaseLost",
     "LoadedConversation",
     "MemoryFull",
     "MemoryNote",
     "NewInboxItem",
     "Notification",
+    "RecentError",
     "Resync",
     "RunOutcome",
     "RunRecord",
+    "RunningRun",
     "Schedule",
     "ScheduleState",
     "SchemaError",
@@ -400,6 +416,37 @@ class ConversationStore(Protocol):
     ) -> list[AuditEntry]:
         """Entries newest first (at most `limit`, capped at 1,000), older than `before_id`
         when given (the next page), narrowed by every filter given."""
+        ...
+
+    # the console (bots.console): its session secret, one-time links, and its reads
+    async def console_secret(self, candidate: str) -> str:
+        """The console's session secret: `candidate` if none was kept yet, else the kept one
+        (every instance of a shared database signs alike)."""
+        ...
+
+    async def add_console_link(self, token_hash: str, person: str, *, expires_at: float) -> None:
+        """Keep a one-time sign-in link (by its token's hash) for `person`."""
+        ...
+
+    async def use_console_link(self, token_hash: str, *, now: float) -> str | None:
+        """The link's person, once: None if it is unknown, used or expired at `now`."""
+        ...
+
+    async def console_overview(
+        self, *, since: float, platform: str | None = None, channel_key: str | None = None
+    ) -> ConsoleOverview:
+        """Runs started, votes cast and usage charged at or after `since`, narrowed to a
+        platform (channel keys `platform:…`) and/or a channel when given."""
+        ...
+
+    async def console_channels(self, *, since: float, limit: int) -> list[ChannelActivity]:
+        """Every channel with conversations or a stored configuration (runs and cost since
+        `since`), the most recently active first, at most `limit`."""
+        ...
+
+    async def console_health(self, *, errors_limit: int) -> ConsoleHealth:
+        """The inbox's depth, runs in progress, live leases by holder, the last
+        `errors_limit` failed runs, the database's size."""
         ...
 
     async def now(self) -> float:

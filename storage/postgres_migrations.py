@@ -280,6 +280,26 @@ MIGRATIONS: list[PgMigration] = [
             FOR EACH STATEMENT EXECUTE FUNCTION audit_log_append_only();
         """,
     ),
+    PgMigration(
+        # The console, as SQLite's m010: its session secret (one for every instance), one-time
+        # sign-in links, and the indexes its overview and health pages read by.
+        "m009_console",
+        """
+        CREATE TABLE console_state (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        CREATE TABLE console_links (
+            token_hash TEXT PRIMARY KEY,
+            person TEXT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            used_at DOUBLE PRECISION
+        );
+        CREATE INDEX runs_started ON runs (started_at);
+        CREATE INDEX runs_errors ON runs (finished_at) WHERE outcome = 'error';
+        CREATE INDEX inbox_pending_all ON inbox (received_at) WHERE state = 'pending';
+        """,
+    ),
 ]
 
 

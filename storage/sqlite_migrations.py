@@ -455,3 +455,29 @@ def m009_audit_log(db: sqlite3.Connection) -> None:
         "CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log "
         "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
     )
+
+
+@migration
+def m010_console(db: sqlite3.Connection) -> None:
+    # The console (bots.console): its session secret, generated once and shared by whoever
+    # opens the database; one-time sign-in links (the token's hash, good once until
+    # `expires_at`); and the indexes its overview and health pages read by.
+    _run(
+        db,
+        """
+        CREATE TABLE console_state (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        ) WITHOUT ROWID
+        """,
+        """
+        CREATE TABLE console_links (
+            token_hash TEXT PRIMARY KEY,
+            person TEXT NOT NULL,
+            expires_at REAL NOT NULL,
+            used_at REAL
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX runs_started ON runs(started_at)",
+        "CREATE INDEX runs_errors ON runs(finished_at) WHERE outcome = 'error'",
+    )

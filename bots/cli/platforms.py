@@ -1,6 +1,6 @@
-"""`teammate serve` (every configured platform), `teammate slack` and `teammate discord` (one
-platform, by its registered name), and what a platform needs set up first: `slack manifest`
-and `discord invite`.
+"""`teammate serve` (every configured platform, and the process's one HTTP server: the console),
+`teammate slack` and `teammate discord` (one platform alone, by its registered name), and what
+a platform needs set up first: `slack manifest` and `discord invite`.
 
 Owns: choosing the platforms and `ServeOptions` from the command line, the `--grace` check,
 and the nothing-configured exit (2). Must not: know what a platform needs to be configured
@@ -29,7 +29,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if not configured_platforms(settings, options, PLATFORMS):
         sys.stderr.write(nothing_configured_text(PLATFORMS) + "\n")
         return 2
-    return _serve(args, settings, options, PLATFORMS)
+    return _serve(args, settings, options, PLATFORMS, console=True)
 
 
 def platform_command(args: argparse.Namespace) -> int:
@@ -56,23 +56,40 @@ def _serve(
     settings: Settings,
     options: ServeOptions,
     platforms: Sequence[type[Platform]],
+    *,
+    console: bool = False,
 ) -> int:
     start_logging(settings, args)
     if args.grace < 0:
         raise SettingsError("--grace: must be 0 or more seconds")
     return asyncio.run(
-        serve(settings, options, err=sys.stderr, platforms=platforms, grace_s=args.grace)
+        serve(
+            settings,
+            options,
+            err=sys.stderr,
+            platforms=platforms,
+            grace_s=args.grace,
+            console=console,
+        )
     )
 
 
 def manifest_command(args: argparse.Namespace) -> int:
     """`teammate slack manifest`: the app to paste at api.slack.com."""
-    # The configured slash command, if the settings load; the default otherwise.
+    # The configured slash command and console address, if the settings load.
     try:
-        command = settings_from(args).slack.command
+        settings = settings_from(args)
+        command, console = settings.slack.command, settings.console.public_url
     except SettingsError:
-        command = "/teammate"
-    sys.stdout.write(manifest_json(command=command, name=args.name, request_url=args.request_url))
+        command, console = "/teammate", ""
+    sys.stdout.write(
+        manifest_json(
+            command=command,
+            name=args.name,
+            request_url=args.request_url,
+            console_url=args.console_url or console or None,
+        )
+    )
     return 0
 
 
@@ -91,4 +108,10 @@ async def _print_invite(settings: Settings, given: str | None) -> int:
         fail(str(exc))
         return 1
     sys.stdout.write(invite_url(found) + "\n")
+    if settings.discord_client_id:  # the console's Sign in with Discord
+        base = settings.console.public_url.rstrip("/") or "http://127.0.0.1:8750"
+        sys.stderr.write(
+            "teammate: for the console's sign-in, add this redirect under OAuth2 → Redirects: "
+            f"{base}/auth/discord/callback\n"
+        )
     return 0
