@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from core.messages import Message, Usage
+from storage.approvals import ApprovalRecord, ApprovalState
 from storage.coordination import (
     InstanceCoordination,
     LeaseLost,
@@ -54,6 +55,8 @@ from storage.records import (
 
 __all__ = [
     "Accepted",
+    "ApprovalRecord",
+    "ApprovalState",
     "Compaction",
     "Conversation",
     "ConversationStore",
@@ -377,6 +380,48 @@ class ConversationStore(Protocol):
     async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
         """The run due at `due_at` was handed to the runner (or given up): no longer pending.
         False if that run was not pending (settled already, or replaced by a later one)."""
+        ...
+
+    # approvals: a tool call waiting for a person's yes (bots.features.approvals)
+    async def add_approval(
+        self,
+        *,
+        conversation_id: int,
+        conversation_key: str,
+        channel_key: str,
+        run_id: int,
+        call_id: str,
+        tool_name: str,
+        request: dict[str, Any],
+        now: float,
+        expires_at: float,
+    ) -> ApprovalRecord:
+        """Store a pending request for the call, or return the one stored for it already (a
+        resumed run asks again: the first request, and any decision, stand). A request over
+        its bound as JSON: `ValueError`, nothing stored."""
+        ...
+
+    async def approval(self, approval_id: int) -> ApprovalRecord | None: ...
+
+    async def run_approvals(self, run_id: int) -> list[ApprovalRecord]:
+        """The run's requests, oldest first."""
+        ...
+
+    async def pending_approvals(self, *, limit: int) -> list[ApprovalRecord]:
+        """Requests still pending, oldest first."""
+        ...
+
+    async def decide_approval(
+        self,
+        approval_id: int,
+        state: ApprovalState,
+        *,
+        by: str | None,
+        by_name: str | None,
+        now: float,
+    ) -> ApprovalRecord | None:
+        """Decide a pending request; the decided record, or None if it was not pending (one
+        conditional UPDATE: of any number of deciders, on any instances, one wins)."""
         ...
 
     async def now(self) -> float:

@@ -61,11 +61,12 @@ from storage.records import (
     UsageSummary,
     Vote,
 )
-from storage.sqlite_connections import Clock, SqliteConnections
+from storage.sqlite_approvals import SqliteApprovals
+from storage.sqlite_connections import Clock
 from storage.sqlite_ops import Db
 
 
-class SqliteStore(SqliteConnections):
+class SqliteStore(SqliteApprovals):
     """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
 
         async with SqliteStore.open("teammate.db") as store: ...

@@ -428,3 +428,33 @@ def m008_schedule_pending_runs(db: sqlite3.Connection) -> None:
         "CREATE INDEX schedules_pending ON schedules(pending_since) "
         "WHERE pending_due_at IS NOT NULL",
     )
+
+
+@migration
+def m009_approvals(db: sqlite3.Connection) -> None:
+    # A tool call waiting for a person's yes (issue 27): kept across restarts, decided once
+    # (a conditional UPDATE on `state`), one row per call of a run.
+    _run(
+        db,
+        """
+        CREATE TABLE approvals (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL,
+            conversation_key TEXT NOT NULL,
+            channel_key TEXT NOT NULL,
+            run_id INTEGER NOT NULL,
+            call_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            request TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN
+                ('pending', 'approved', 'denied', 'timed_out', 'cancelled')),
+            requested_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            decided_by TEXT,
+            decided_by_name TEXT,
+            decided_at REAL,
+            UNIQUE (run_id, call_id)
+        )
+        """,
+        "CREATE INDEX approvals_pending ON approvals(id) WHERE state = 'pending'",
+    )
