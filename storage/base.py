@@ -15,7 +15,7 @@ Must not: import `tools` or `bots`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from core.messages import Message, Usage
@@ -32,6 +32,7 @@ from storage.coordination import (
 )
 from storage.records import (
     Accepted,
+    AuditEntry,
     Compaction,
     Conversation,
     DatabaseDamaged,
@@ -57,6 +58,7 @@ __all__ = [
     "Accepted",
     "ApprovalRecord",
     "ApprovalState",
+    "AuditEntry",
     "Compaction",
     "Conversation",
     "ConversationStore",
@@ -380,6 +382,27 @@ class ConversationStore(Protocol):
     async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
         """The run due at `due_at` was handed to the runner (or given up): no longer pending.
         False if that run was not pending (settled already, or replaced by a later one)."""
+        ...
+
+    # the audit log: append-only (the tables refuse UPDATE and DELETE)
+    async def append_audit(
+        self, *, actor: str, action: str, target: str, origin: str, detail: Mapping[str, Any]
+    ) -> int:
+        """Write one entry, stamped with the database's clock; its id. Callers go through
+        `bots.features.audit.record_action`, which masks secrets and bounds sizes."""
+        ...
+
+    async def audit_entries(
+        self,
+        *,
+        limit: int,
+        before_id: int | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+    ) -> list[AuditEntry]:
+        """Entries newest first (at most `limit`, capped at 1,000), older than `before_id`
+        when given (the next page), narrowed by every filter given."""
         ...
 
     # approvals: a tool call waiting for a person's yes (bots.features.approvals)

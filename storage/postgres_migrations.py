@@ -255,8 +255,34 @@ MIGRATIONS: list[PgMigration] = [
         """,
     ),
     PgMigration(
-        # A tool call waiting for a person's yes, as SQLite's m009.
-        "m008_approvals",
+        # Every admin action from any surface, append-only, as SQLite's m009: the trigger
+        # refuses to change or remove an entry once written.
+        "m008_audit_log",
+        """
+        CREATE TABLE audit_log (
+            id BIGSERIAL PRIMARY KEY,
+            at DOUBLE PRECISION NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            detail JSONB NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX audit_log_actor ON audit_log (actor, id);
+        CREATE INDEX audit_log_action ON audit_log (action, id);
+        CREATE INDEX audit_log_target ON audit_log (target, id);
+        CREATE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION 'the audit log is append-only';
+        END;
+        $$;
+        CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON audit_log
+            FOR EACH STATEMENT EXECUTE FUNCTION audit_log_append_only();
+        """,
+    ),
+    PgMigration(
+        # A tool call waiting for a person's yes, as SQLite's m010.
+        "m009_approvals",
         """
         CREATE TABLE approvals (
             id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -431,7 +431,34 @@ def m008_schedule_pending_runs(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m009_approvals(db: sqlite3.Connection) -> None:
+def m009_audit_log(db: sqlite3.Connection) -> None:
+    # Every admin action from any surface, append-only: the triggers refuse to change or
+    # remove an entry once written (docs/architecture.md, "The audit log").
+    _run(
+        db,
+        """
+        CREATE TABLE audit_log (
+            id INTEGER PRIMARY KEY,
+            at REAL NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            detail TEXT NOT NULL DEFAULT '{}'
+        )
+        """,
+        "CREATE INDEX audit_log_actor ON audit_log(actor, id)",
+        "CREATE INDEX audit_log_action ON audit_log(action, id)",
+        "CREATE INDEX audit_log_target ON audit_log(target, id)",
+        "CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
+        "CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
+    )
+
+
+@migration
+def m010_approvals(db: sqlite3.Connection) -> None:
     # A tool call waiting for a person's yes (issue 27): kept across restarts, decided once
     # (a conditional UPDATE on `state`), one row per call of a run.
     _run(
