@@ -37,6 +37,7 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as EnvSourceError
 
 from bots.config_file import ConfigFileError, read_config
+from bots.features.approvals_policy import ApprovalSettings
 from bots.settings_check import (
     describe,
     named_by_configuration,
@@ -91,6 +92,7 @@ class ChannelSettings(BaseModel):
     # platform's default, e.g. `[slack] follow_ups`).
     follow_ups: bool | None = None
     timezone: TimeZoneName | None = None  # for scheduled work (None: `[schedules] timezone`)
+    approvals: ApprovalSettings | None = None  # replaces `[approvals]` in this channel
 
 
 _NO_CHANNEL = ChannelSettings()
@@ -297,6 +299,8 @@ class Settings(BaseSettings):
     slack: SlackSettings = Field(default_factory=SlackSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)  # MCP tool servers (tools.mcp)
+    # Tool calls that wait for a person's yes (bots.features.approvals); no tools: none wait.
+    approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     # Who may use Teammate: platform user ids, and channel keys (or a whole platform, "slack").
     allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
     allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
@@ -354,6 +358,9 @@ class Settings(BaseSettings):
         """The settings of a channel: its own entry, else its platform's (`slack`), else none."""
         platform = channel_key.split(":", 1)[0]
         return self.channels.get(channel_key) or self.channels.get(platform) or _NO_CHANNEL
+
+    def approvals_for(self, channel_key: str) -> ApprovalSettings:
+        return self.channel(channel_key).approvals or self.approvals
 
     def model_for(self, channel_key: str) -> str:
         return self.channel(channel_key).model or self.model

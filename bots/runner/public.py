@@ -36,6 +36,7 @@ from bots.errors import (
     storage_failure_text,
     unexpected_failure_text,
 )
+from bots.features.approvals import Approvals
 from bots.incoming import Incoming
 from bots.prompt import PlatformRules, backfill_message
 from bots.runner.driver import Drivers
@@ -167,6 +168,11 @@ class ConversationRunner:
             for key, state in self._shared.active.items()
             if state.conversation.channel_key == channel_key
         ]
+
+    @property
+    def approvals(self) -> Approvals:
+        """Requests waiting for a person's yes, and their decisions (bots.features.approvals)."""
+        return self._shared.approvals
 
     def current_run(self, conversation_key: str) -> int | None:
         """The id of the conversation's run in progress (for a Stop button), or None."""

@@ -42,6 +42,7 @@ from bots.prompt import (
     system_prompt,
 )
 from bots.recovery import OWNER
+from bots.runner.approval_gate import approval_gate
 from bots.runner.fencing import FencedModel, RunFence, fenced_tools
 from bots.runner.shared import FINAL_SHOWN_WAIT_S, Shared, acknowledge
 from bots.runner.texts import (
@@ -85,8 +86,7 @@ class Runs:
         self.clock = clock
         # May be async (MCP tools: tools.mcp), never waiting long (see there).
         self.toolset_factory = toolset_factory
-        # Tools bound to the run's channel (memory, schedules): not narrowed by a channel's
-        # stored tool list, which names only the file's tools.
+        # Bound to the run's channel (memory, schedules): no stored tool list narrows them.
         self.channel_tools = channel_tools
         self._model_factory = model_factory
         self._platform_rules = platform_rules
@@ -290,8 +290,7 @@ class Run:
             tools += self._runs.channel_tools(conversation.channel_key)
         tools = fenced_tools(tools, self._fence)
         prompt = self._runs.system_prompt(conversation.channel_key)
-        # The channel's instructions and memory reach the model as a note appended when they
-        # changed, never as an edit of what was sent (bots.prompt, "Preserved thinking").
+        # Instructions and memory: a note appended on change (bots.prompt, "Preserved thinking").
         memory = ""
         if self._settings.memory.enabled:
             memory = memory_block(await self._store.memory_notes(conversation.channel_key))
@@ -307,8 +306,8 @@ class Run:
             workspace=self._shared.workspaces.path(conversation.channel_key),
             caller=self._author,
             conversation_key=conversation.key,
+            before_tool_calls=approval_gate(self._shared, conversation, run, self._author, tools),
         )
-
         overflow_retried = False
         while True:
             control = run.new_control()
