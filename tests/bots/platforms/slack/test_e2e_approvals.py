@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bots.platforms.slack.blocks import STOP_ACTION_ID
 from core.messages import ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel, call
 from storage.base import ApprovalRecord
@@ -29,7 +30,7 @@ from tests.bots.platforms.slack.e2e_harness import (
     running,
     texts,
 )
-from tests.bots.platforms.slack.test_e2e_stop import STOP_ACTION_ID, click, stop_button
+from tests.bots.platforms.slack.test_e2e_stop import click, stop_button
 from tests.fakes.slack_server import FakeSlack
 
 APPROVALS = {"tools": ["danger"], "approvers": "asker", "timeout_s": 600}
