@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from bots.features.approvals_policy import (
     ApprovalSettings,
@@ -110,6 +110,7 @@ class Approvals:
         self._waiting: dict[int, _Waiting] = {}
         self._allowances: dict[int, _RunAllowances] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._parked: set[int] = set()  # runs left waiting at shutdown: requests kept
 
     def gate(self, run: GateRun, tool_names: list[str]) -> ToolGate | None:
         """The run's gate, or None when none of its tools needs approval (no cost)."""
@@ -123,6 +124,14 @@ class Approvals:
 
     def forget_run(self, run_id: int) -> None:
         self._allowances.pop(run_id, None)
+
+    def park(self, run_id: int) -> bool:
+        """The process is stopping: if the run waits for a decision, its requests are kept
+        pending (not cancelled with it) for the next start to continue. Whether it waits."""
+        if not any(waiting.run_id == run_id for waiting in self._waiting.values()):
+            return False
+        self._parked.add(run_id)
+        return True
 
     def waiting(self, approval_id: int) -> bool:
         """Whether a run of this process waits for the request (tests and benchmarks)."""
@@ -179,7 +188,8 @@ class Approvals:
         try:
             decided = await self._wait(records, run)
         except asyncio.CancelledError:
-            self._spawn(self._cancel_pending(records, run))
+            if run.run_id not in self._parked:
+                self._spawn(self._cancel_pending(records, run))
             raise
         by_call = {record.call_id: record for record in decided}
         verdicts: list[Verdict] = []
@@ -358,8 +368,8 @@ class Approvals:
             # The decision stands (it is stored); a lost audit entry is logged, not a failed run.
             log.exception("the audit entry for an approval could not be written")
 
-    def _spawn(self, work: object) -> None:
-        task = asyncio.ensure_future(work)  # type: ignore[call-overload]
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

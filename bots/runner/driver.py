@@ -20,11 +20,12 @@ import logging
 from bots.fairness import RunSlots
 from bots.inbox import ConversationState, Queued
 from bots.runner.recovery import Recovery
+from bots.runner.resume import resume_run
 from bots.runner.run import Runs
 from bots.runner.shared import Shared, StopResult, SubmitResult, acknowledge
 from bots.runner.texts import QUEUED_TEXT
 from bots.surface.contract import Notice, Surface
-from storage.base import Accepted
+from storage.base import Accepted, Conversation, RunRecord
 
 __all__ = ["Drivers"]
 
@@ -104,6 +105,13 @@ class Drivers:
         state.inbox.clear()
         state.dropping.clear()
 
+    def resume(self, conversation: Conversation, record: RunRecord) -> None:
+        """Start a driver that first continues `record`, a run left waiting for approval
+        by a process that died, then answers what the store holds for the conversation."""
+        state = ConversationState(conversation)
+        state.resume = record
+        self.start(state, adopt=True)
+
     def adopt(self, state: ConversationState) -> None:
         """Start a driver that first takes in what the store holds for the conversation."""
         self.start(state, adopt=True)
@@ -136,6 +144,10 @@ class Drivers:
                         # They stay pending in the store, out of this inbox: the next recovery
                         # answers them (it does not know they were stopped).
                         log.exception("could not drop stopped messages in %s", key)
+                    continue
+                if state.resume is not None and not shared.closing:
+                    record, state.resume = state.resume, None
+                    await resume_run(self._runs, state, record)
                     continue
                 if leased and not state.inbox and not shared.closing:
                     leased = False

@@ -193,7 +193,7 @@ class Run:
         self._run = run
         self._batch = batch
         self._conversation = state.conversation
-        self._author = batch[0].author
+        self._author = batch[0].author if batch else None
         self._usage = Usage()  # what this run's replies cost (the store totals the same)
         self._overrides: ChannelConfig  # what the channel's admin set, read as the run starts
         # The lease the driver holds (several instances): every write carries it.
@@ -203,6 +203,7 @@ class Run:
         # Taken off the inbox, neither delivered nor dropped yet (`Runs` puts them back if
         # the run fails before its record is made).
         self.taken: list[Queued] = []
+        self._resume: AssistantMessage | None = None  # its calls run first (bots.runner.resume)
 
     async def answer(self) -> None:
         model = await self._start()
@@ -314,7 +315,7 @@ class Run:
             run.accepting = True
             for queued in state.inbox.values():
                 run.steer(queued)
-            context = AgentContext(prompt, messages, tools)
+            context = AgentContext(prompt, messages, tools, self._resume)
             try:
                 end = await self._stream(context, FencedModel(model, self._fence), control, config)
             finally:

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from bots.features.approvals import Approvals
 from bots.platforms.slack.blocks import STOP_ACTION_ID
-from core.messages import ToolResultMessage
+from core.messages import Author, ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel, call
 from storage.base import ApprovalRecord
+from storage.sqlite import SqliteStore
 from tests.bots.platforms.slack.approval_helpers import (
     DangerTool,
     approval_buttons,
@@ -255,3 +257,72 @@ async def test_a_message_sent_while_waiting_is_steered_into_the_run(
     assert len(model.requests) == 2  # one run: the steered message joined it after the tool
     sent = texts([m.model_dump() for m in model.requests[-1].messages])
     assert "also mind the logs" in sent
+
+
+async def test_a_restart_while_waiting_keeps_the_request_and_approval_continues_the_run(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    before = DangerTool()
+    first = ScriptedModel([Reply(tool_calls=[call("danger", {"command": "migrate"})])])
+    async with running(fake_slack, tmp_path, first, tools=[before], approvals=APPROVALS) as app:
+        event = message_event(fake_slack, "migrate the db")
+        await app.event(event)
+        [(message, approval_id)] = await wait_for_buttons(fake_slack, "C1", event["ts"])
+
+    after = DangerTool()
+    second = ScriptedModel([Reply(text="Migrated.")])
+    async with running(fake_slack, tmp_path, second, tools=[after], approvals=APPROVALS) as app:
+        assert (await stored(app, approval_id)).pending  # kept across the restart
+        # The button posted before the restart still works.
+        await app.send(
+            approval_click(fake_slack, message, "approve", approval_id), kind="interactive"
+        )
+        await app.settle()
+        run = (await app.store.run_approvals((await stored(app, approval_id)).run_id))[0]
+        runs = await app.store.running_runs()
+
+    assert before.ran == [] and after.ran == ["migrate"]
+    assert len(first.requests) == 1 and len(second.requests) == 1  # not asked for the call again
+    assert results(second)[0].is_error is False and run.state == "approved"
+    assert runs == []  # the resumed run was closed
+    assert "Migrated." in texts(app.replies("C1", event["ts"]))
+
+
+async def test_two_instances_racing_on_one_request_count_one_decision(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    tool = DangerTool()
+    model = ScriptedModel([Reply(tool_calls=[call("danger", {"command": "x"})]), Reply(text="ok")])
+    async with running(fake_slack, tmp_path, model, tools=[tool], approvals=APPROVALS) as app:
+        event = message_event(fake_slack, "go")
+        await app.event(event)
+        [(message, approval_id)] = await wait_for_buttons(fake_slack, "C1", event["ts"])
+        # Another instance on the same database, deciding the same request at the same time
+        # as this one handles a click on it (Slack delivers each click to one instance).
+        async with SqliteStore.open(tmp_path / "teammate.db") as other_store:
+            other = Approvals(other_store)
+            channel = f"slack:{fake_slack.team_id}:C1"
+            outcomes = await asyncio.gather(
+                other.decide(
+                    approval_id,
+                    approve=False,
+                    by=Author(id=ALICE, name="Alice"),
+                    is_admin=False,
+                    channel_keys=(channel,),
+                ),
+                app.send(
+                    approval_click(fake_slack, message, "approve", approval_id),
+                    kind="interactive",
+                ),
+            )
+        await app.settle()
+        record = await stored(app, approval_id)
+        audit = await audit_of(app)
+
+    decisions = [d for _, action, d in audit if action == "approval.decision"]
+    assert len(decisions) == 1  # exactly one decision counts
+    other_won = outcomes[0][0] == "decided"
+    assert record.state == ("denied" if other_won else "approved")
+    assert tool.ran == ([] if other_won else ["x"])
+    if not other_won:
+        assert outcomes[0][0] == "stale"
