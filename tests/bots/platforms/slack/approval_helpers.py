@@ -3,38 +3,13 @@ the fake holds them, and a click on one as Slack sends it."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from pydantic import BaseModel
-
 from bots.platforms.slack.approval_blocks import APPROVAL_ACTION_IDS, Choice
-from core.tools import AgentTool, ToolContext, ToolResult
+from tests.bots.approval_tool import DangerTool as DangerTool
 from tests.bots.platforms.slack.e2e_harness import ALICE
 from tests.bots.platforms.slack.test_e2e_stop import click
 from tests.fakes.slack_server import FakeSlack
-
-
-class DangerParams(BaseModel):
-    command: str
-
-
-class DangerTool(AgentTool[DangerParams]):
-    """A tool that needs approval: records each command it ran."""
-
-    name = "danger"
-    label = "Danger"
-    description = "Runs a command."
-    parameters = DangerParams
-
-    def __init__(self) -> None:
-        self.ran: list[str] = []
-        self.started = asyncio.Event()
-
-    async def execute(self, call_id: str, params: DangerParams, ctx: ToolContext) -> ToolResult:
-        self.ran.append(params.command)
-        self.started.set()
-        return ToolResult.text(f"ran {params.command}")
 
 
 def approval_buttons(
