@@ -78,7 +78,14 @@ async def _terminal(settings: Settings, key: str, workspace: Path) -> AsyncItera
 
 async def _ask(settings: Settings, name: str, prompt: str, workspace: Path) -> int:
     async with _terminal(settings, conversation_key(name), workspace) as app:
-        return await run_ask(app, name, prompt, out=sys.stdout, err=sys.stderr)
+        # An approval's question needs a terminal to answer it; without one it is denied.
+        read_line = _read_terminal_line if sys.stdin.isatty() else None
+        return await run_ask(app, name, prompt, out=sys.stdout, err=sys.stderr, read_line=read_line)
+
+
+async def _read_terminal_line() -> str | None:
+    line = await asyncio.to_thread(sys.stdin.readline)
+    return line or None
 
 
 async def _chat(settings: Settings, name: str, workspace: Path) -> int:

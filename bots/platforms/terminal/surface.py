@@ -19,13 +19,14 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from bots.app import App
 from bots.budgets import utc_day_start
 from bots.incoming import Incoming
+from bots.platforms.terminal.approvals import ApprovalHooks, TerminalApprovals
 from bots.platforms.terminal.text import printable, usage_line
 from bots.runner import ConversationRunner
 from bots.surface.base import SurfaceBase
@@ -53,6 +54,7 @@ Start a message with // to send a line that begins with /."""
 
 _SUMMARY_LIMIT = 100
 _ERROR_LIMIT = 160
+ReadLine = Callable[[], Awaitable[str | None]] | None
 _DIM_ITALIC = "\x1b[2;3m"
 _RESET = "\x1b[0m"
 
@@ -88,7 +90,7 @@ def _one_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-class TerminalSurface(SurfaceBase):
+class TerminalSurface(ApprovalHooks, SurfaceBase):
     """Shows one conversation's runs in a terminal.
 
     `stream=True` (chat) writes the answer to `out` as it arrives; `stream=False` (ask) writes
@@ -327,13 +329,17 @@ def _sigint(handler: Callable[[], None]) -> Iterator[None]:
 # -- ask -----------------------------------------------------------------------------------------
 
 
-async def run_ask(app: App, name: str, prompt: str, *, out: TextIO, err: TextIO) -> int:
-    """One message, answered: 0 on success, 1 if the run failed, 130 if it was interrupted."""
+async def run_ask(
+    app: App, name: str, prompt: str, *, out: TextIO, err: TextIO, read_line: ReadLine = None
+) -> int:
+    """One message, answered: 0 on success, 1 if the run failed, 130 if it was interrupted.
+    `read_line` reads an approval's answer from the terminal (None: there is none: denied)."""
     key = conversation_key(name)
     author = local_author()
     runner = app.runner
     await runner.recover()
     surface = TerminalSurface(key, out=out, err=err, stream=False)
+    surface.approvals = TerminalApprovals(runner.approvals, key, author, err, read_line)
 
     def interrupt() -> None:
         runner.stop(key, by=author)  # this run and anything queued behind it
@@ -365,6 +371,7 @@ class _Chat:
     out: TextIO
     err: TextIO
     interactive: bool
+    approvals: TerminalApprovals | None = None  # the y/n questions a run asks
 
     @property
     def key(self) -> str:
@@ -396,6 +403,8 @@ class _Chat:
             self.prompt()
 
     async def send(self, text: str) -> None:
+        if self.approvals is not None and await self.approvals.answer(text):
+            return  # the answer to an open approval question, not a message
         surface = TerminalSurface(
             self.key,
             out=self.out,
@@ -403,6 +412,7 @@ class _Chat:
             stream=True,
             on_close=self.idle,
         )
+        surface.approvals = self.approvals
         # A line typed while Teammate works is acknowledged on its own surface (a notice).
         await self.runner.submit(terminal_incoming(self.name, self.author, text), surface)
 
@@ -462,6 +472,8 @@ async def run_chat(
 ) -> int:
     """The interactive conversation. Returns the exit status (0)."""
     chat = _Chat(app, name, local_author(), out, err, interactive)
+    chat.approvals = TerminalApprovals(app.runner.approvals, chat.key, chat.author, err)
+    chat.approvals.interactive = interactive
     await app.runner.recover()
     chat.say(f"Teammate · {model_id} · conversation {name!r} · /help for commands, /exit to quit")
     lines.start()
