@@ -130,6 +130,7 @@ class ChannelConfig(BaseModel):
     tools: tuple[str, ...] | None = None
     # For scheduled work; checked when set (a zone unknown later falls back to the file's).
     timezone: str | None = Field(default=None, max_length=64)
+    approvals: ApprovalSettings | None = None  # replaces the file's for the channel
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any] | None) -> ChannelConfig:

@@ -27,11 +27,20 @@ __all__ = [
     "ApprovalSettings",
     "Approvers",
     "call_preview",
+    "describe_approvals",
     "may_decide",
+    "parse_approvals",
     "waiting_for",
 ]
 
 Approvers: TypeAlias = Literal["asker", "admins", "asker_or_admins"]
+_TOOL_PATTERN = re.compile(r"[A-Za-z0-9_*?\[\]-]{1,100}")  # a tool name, or a glob of them
+USAGE = (
+    "Write `config approvals bash,write,github__*` (with `approvers=asker|admins|"
+    "asker_or_admins` and `timeout=<seconds>` if you like), `config approvals off` or "
+    "`config approvals default`."
+)
+
 MAX_PREVIEW_CHARS = 2_500  # one request's preview (Slack shows 3,000 in a section)
 _MAX_PREVIEW_LINES = 40
 # Credential shapes masked wherever they appear in what a request shows.
@@ -116,3 +125,42 @@ def _block(text: str, language: str = "") -> str:
         lines = [*lines[:_MAX_PREVIEW_LINES], f"… ({len(lines) - _MAX_PREVIEW_LINES} more lines)"]
     body = "\n".join(lines)
     return f"```{language}\n{body}\n```"
+
+
+def describe_approvals(policy: ApprovalSettings) -> str:
+    """A channel's approvals in words (`/teammate config`)."""
+    if not policy.tools:
+        return "off"
+    return (
+        f"{', '.join(policy.tools)} wait for {waiting_for(policy.approvers, 'the asker')} "
+        f"(at most {policy.timeout_s:g} s)"
+    )
+
+
+def parse_approvals(value: str) -> tuple[str, ApprovalSettings | None]:
+    """`/teammate config approvals …`: tool names or globs (`bash,github__*`), with
+    `approvers=asker|admins|asker_or_admins` and `timeout=<seconds>`; `off` (nothing waits
+    here); `default` (None: the file's). ("", the policy) or (a problem text, None)."""
+    if not value:
+        return USAGE, None
+    if value.lower() == "default":
+        return "", None
+    if value.lower() == "off":
+        return "", ApprovalSettings()
+    fields: dict[str, Any] = {"tools": []}
+    for word in value.replace(",", " ").split():
+        name, equals, setting = word.partition("=")
+        if not equals:
+            if not _TOOL_PATTERN.fullmatch(word):
+                return f"`{word[:40]}` is not a tool name or glob. {USAGE}", None
+            fields["tools"].append(word)
+        elif name == "approvers" and setting in ("asker", "admins", "asker_or_admins"):
+            fields["approvers"] = setting
+        elif name == "timeout" and setting.isdigit() and 1 <= int(setting) <= 7 * 24 * 3600:
+            fields["timeout_s"] = float(setting)
+        else:
+            return f"I can't read `{word[:40]}`. {USAGE}", None
+    if not fields["tools"]:
+        return f"Name the tools that wait for approval. {USAGE}", None
+    fields["tools"] = tuple(dict.fromkeys(fields["tools"]))[:100]
+    return "", ApprovalSettings(**fields)

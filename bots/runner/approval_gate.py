@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from bots.features.approvals import GateRun
 from bots.inbox import RunState
 from bots.runner.shared import Shared
+from bots.settings import ChannelConfig
 from core.loop import ToolGate
 from core.messages import Author
 from core.tools import AnyTool
@@ -29,8 +30,12 @@ def approval_gate(
     run: RunState,
     author: Author | None,
     tools: Sequence[AnyTool],
+    stored: ChannelConfig | None = None,
 ) -> ToolGate | None:
+    """`stored`: what the channel's admins set (`/teammate config approvals`), over the file."""
     policy = shared.settings.approvals_for(conversation.channel_key)
+    if stored is not None and stored.approvals is not None:
+        policy = stored.approvals
     if not policy.tools or run.id is None:
         return None
     facts = GateRun(

@@ -42,7 +42,7 @@ from bots.prompt import (
     system_prompt,
 )
 from bots.recovery import OWNER
-from bots.runner.approval_gate import approval_gate
+from bots.runner.approval_gate import approval_gate as gate_of
 from bots.runner.fencing import FencedModel, RunFence, fenced_tools
 from bots.runner.shared import FINAL_SHOWN_WAIT_S, Shared, acknowledge
 from bots.runner.texts import (
@@ -307,7 +307,9 @@ class Run:
             workspace=self._shared.workspaces.path(conversation.channel_key),
             caller=self._author,
             conversation_key=conversation.key,
-            before_tool_calls=approval_gate(self._shared, conversation, run, self._author, tools),
+            before_tool_calls=gate_of(
+                self._shared, conversation, run, self._author, tools, self._overrides
+            ),
         )
         overflow_retried = False
         while True:
@@ -360,10 +362,8 @@ class Run:
                 self._conversation.key, run.id, outcome, self._usage, final_text, error_text
             )
         )
-        # The end is shown before the run is closed in the store: killed in between, the run
-        # is still "running" at the next start and `recover()` shows its end there (else it
-        # would be closed and never shown). Bounded: a platform that is down delays only this
-        # conversation's next run, by at most this long.
+        # Shown before the run is closed: killed in between, `recover()` shows its end at the
+        # next start. Bounded: a platform that is down delays only this conversation's next run.
         run.feed.close()
         try:
             await asyncio.wait_for(run.feed.wait(), FINAL_SHOWN_WAIT_S)
