@@ -99,12 +99,19 @@ class Recovery:
             await instances.release_lease(conversation_id)
         return recovered
 
-    async def repair_open_runs(self, conversation_id: int) -> None:
+    async def repair_open_runs(self, conversation_id: int) -> RunRecord | None:
         """Repair every run still open in the conversation (its lease was just taken over from
-        a dead instance)."""
+        a dead instance), but one left waiting for approval: returned, for the driver that
+        took the lease to continue."""
+        waiting: RunRecord | None = None
         for run in await self._shared.store.running_runs():
-            if run.conversation_id == conversation_id:
+            if run.conversation_id != conversation_id:
+                continue
+            if waiting is None and await self._waiting_for_approval(run):
+                waiting = run
+            else:
                 await self.repair(run)
+        return waiting
 
     async def repaired(self, conversation_id: int) -> None:
         """Return once no run of the conversation is being repaired here."""
