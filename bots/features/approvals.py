@@ -39,6 +39,7 @@ __all__ = ["Approvals", "DecideOutcome", "GateRun", "decision_text"]
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often a waiting run looks for a decision made on another instance
+MAX_RUNS_ALLOWED = 1_000  # runs whose "approve the rest" this process remembers (oldest go)
 
 DecideOutcome: TypeAlias = Literal["decided", "stale", "not_allowed", "unknown"]
 
@@ -121,9 +122,6 @@ class Approvals:
             return await self._before(run, calls)
 
         return before_tool_calls
-
-    def forget_run(self, run_id: int) -> None:
-        self._allowances.pop(run_id, None)
 
     def park(self, run_id: int) -> bool:
         """The process is stopping: if the run waits for a decision, its requests are kept
@@ -348,6 +346,8 @@ class Approvals:
         """ "Approve the rest of this run" for the tool: later calls of it in the run pass,
         and the run's other pending requests for it are approved too."""
         self._allowances.setdefault(decided.run_id, _RunAllowances()).tools.add(decided.tool_name)
+        while len(self._allowances) > MAX_RUNS_ALLOWED:
+            self._allowances.pop(next(iter(self._allowances)))
         for other in await self._store.run_approvals(decided.run_id):
             if other.pending and other.tool_name == decided.tool_name:
                 await self._decided(other, "approved", by=by, rest_of_run=True)

@@ -16,7 +16,7 @@ import logging
 import discord
 
 from bots.platforms.discord.buttons import approval_view
-from bots.platforms.discord.surface_posted import Posted, Poster
+from bots.platforms.discord.surface_posted import NO_MENTIONS, Posted, Poster
 from bots.surface.contract import ApprovalDecided, ApprovalRequested
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,9 @@ class ApprovalMessages:
         request.open.discard(event.approval_id)
         request.lines[event.approval_id] = f"{_MARKS.get(event.state, 'ℹ️')} {event.text}"
         view = request.view()
-        await request.posted.edit(content=request.content(), view=view)
+        await request.posted.edit(
+            content=request.content(), view=view, allowed_mentions=NO_MENTIONS
+        )
 
 
 def _cut(text: str, limit: int) -> str:

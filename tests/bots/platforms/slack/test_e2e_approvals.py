@@ -326,3 +326,32 @@ async def test_two_instances_racing_on_one_request_count_one_decision(
     assert tool.ran == ([] if other_won else ["x"])
     if not other_won:
         assert outcomes[0][0] == "stale"
+
+
+async def test_approve_the_rest_of_this_run_passes_the_tools_later_calls(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    tool = DangerTool()
+    model = ScriptedModel(
+        [
+            Reply(
+                tool_calls=[
+                    call("danger", {"command": "one"}),
+                    call("danger", {"command": "two"}),
+                ]
+            ),
+            Reply(tool_calls=[call("danger", {"command": "three"})]),
+            Reply(text="all done"),
+        ]
+    )
+    async with running(fake_slack, tmp_path, model, tools=[tool], approvals=APPROVALS) as app:
+        event = message_event(fake_slack, "three things")
+        await app.event(event)
+        [(message, first), _] = await wait_for_buttons(fake_slack, "C1", event["ts"], count=2)
+        await app.send(approval_click(fake_slack, message, "rest", first), kind="interactive")
+        await app.settle()
+        audit = await audit_of(app)
+
+    assert tool.ran == ["one", "two", "three"]  # the second and the later call: no new request
+    assert [action for _, action, _ in audit].count("approval.request") == 2
+    assert all(d.get("rest_of_run") for _, action, d in audit if action == "approval.decision")
