@@ -118,6 +118,7 @@ async def measure(count: int) -> list[float]:
             FakeSlack() as fake,
             running(fake, Path(data_dir), model, tools=[tool], approvals=approvals) as app,
         ):
+            fake.add_user(ALICE, "alice")
             for n in range(count):
                 event = message_event(fake, f"deploy {n}")
                 thread: str = event["ts"]
