@@ -21,13 +21,14 @@ from bots.platforms.terminal.text import printable
 from bots.surface.contract import ApprovalDecided, ApprovalRequested, ApprovalView
 from core.messages import Author
 
-__all__ = ["NO_TERMINAL_TEXT", "QUESTION", "ApprovalHooks", "TerminalApprovals"]
+__all__ = ["NO_TERMINAL_TEXT", "QUESTION", "ApprovalHooks", "ReadLine", "TerminalApprovals"]
 
 QUESTION = "Approve? [y]es / [n]o / [a]ll calls of this tool in this run: "
 NO_TERMINAL_TEXT = (
     "No terminal to ask for approval, so it was denied: {label}. Run it in `teammate chat`, "
     "or from a terminal."
 )
+ReadLine = Callable[[], Awaitable[str | None]] | None  # a line from the terminal, if any
 _ANSWERS = {"y": "approve", "yes": "approve", "n": "deny", "no": "deny", "a": "rest"}
 
 
@@ -69,27 +70,29 @@ class TerminalApprovals:
             return
         self._open.extend(event.requests)
         if self._read_line is not None:  # `ask`: answer here, one call after another
+            self._ask()  # (`answer` asks the next one, or this one again)
             while self._open:
-                self._ask()
                 read = await self._read_line()
                 if read is None:
                     self._say("No answer: denied.")
                     while self._open:
                         await self._decide(self._open.popleft(), "deny")
                     return
-                await self.answer(read)
+                if not await self.answer(read):
+                    self._say("(Please answer y, n or a.)")
         else:
             self._ask()
 
     async def answer(self, line: str) -> bool:
-        """`chat`: a line typed while a question is open answers it (True: it was taken)."""
+        """`chat`: a line typed while a question is open answers it (True: it was taken). Any
+        other line is a message as always (steered into the waiting run), and the question is
+        asked again."""
         if not self._open:
             return False
         choice = _ANSWERS.get(line.strip().lower())
         if choice is None:
-            self._say("Please answer y, n or a.")
             self._ask()
-            return True
+            return False
         await self._decide(self._open.popleft(), choice)
         if self._open:
             self._ask()

@@ -19,14 +19,14 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from bots.app import App
 from bots.budgets import utc_day_start
 from bots.incoming import Incoming
-from bots.platforms.terminal.approvals import ApprovalHooks, TerminalApprovals
+from bots.platforms.terminal.approvals import ApprovalHooks, ReadLine, TerminalApprovals
 from bots.platforms.terminal.text import printable, usage_line
 from bots.runner import ConversationRunner
 from bots.surface.base import SurfaceBase
@@ -54,7 +54,6 @@ Start a message with // to send a line that begins with /."""
 
 _SUMMARY_LIMIT = 100
 _ERROR_LIMIT = 160
-ReadLine = Callable[[], Awaitable[str | None]] | None
 _DIM_ITALIC = "\x1b[2;3m"
 _RESET = "\x1b[0m"
 
@@ -250,12 +249,15 @@ class TerminalSurfaces:
     def __init__(self, *, err: TextIO, current_key: str) -> None:
         self._err = err
         self._current = current_key
+        self.approvals: TerminalApprovals | None = None  # chat's: a resumed run asks there
 
     def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> Surface | None:
         if ref.get("platform") != PLATFORM:
             return None
         label = "" if conversation_key == self._current else conversation_key
-        return TerminalSurface(conversation_key, out=self._err, err=self._err, label=label)
+        surface = TerminalSurface(conversation_key, out=self._err, err=self._err, label=label)
+        surface.approvals = None if label else self.approvals
+        return surface
 
 
 # -- reading stdin -------------------------------------------------------------------------------
@@ -469,11 +471,11 @@ async def run_chat(
     err: TextIO,
     interactive: bool,
     model_id: str,
+    approvals: TerminalApprovals | None = None,
 ) -> int:
-    """The interactive conversation. Returns the exit status (0)."""
-    chat = _Chat(app, name, local_author(), out, err, interactive)
-    chat.approvals = TerminalApprovals(app.runner.approvals, chat.key, chat.author, err)
-    chat.approvals.interactive = interactive
+    """The interactive conversation. Returns the exit status (0). `approvals`: where its
+    runs' approval questions are asked and answered (None: nothing is asked here)."""
+    chat = _Chat(app, name, local_author(), out, err, interactive, approvals)
     await app.runner.recover()
     chat.say(f"Teammate · {model_id} · conversation {name!r} · /help for commands, /exit to quit")
     lines.start()
