@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from bots.features.approvals_policy import (
@@ -31,14 +32,16 @@ from bots.features.approvals_policy import (
 from bots.features.audit import actor_of, origin_of, record_action
 from bots.surface.contract import ApprovalDecided, ApprovalRequested, ApprovalView, SurfaceEvent
 from core.loop import Allow, Deny, GateCall, ToolGate, Verdict
-from core.messages import Author
+from core.messages import Author, ToolCall
 from storage.base import ApprovalRecord, ApprovalState, ConversationStore
+from tools.workspace import read_file_in_workspace
 
 __all__ = ["Approvals", "DecideOutcome", "GateRun", "decision_text"]
 
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often a waiting run looks for a decision made on another instance
+MAX_PREVIEWED_FILE_BYTES = 256 * 1024  # a file `write` replaces, read for its diff
 MAX_RUNS_ALLOWED = 1_000  # runs whose "approve the rest" this process remembers (oldest go)
 
 DecideOutcome: TypeAlias = Literal["decided", "stale", "not_allowed", "unknown"]
@@ -55,6 +58,7 @@ class GateRun:
     asker: Author | None
     policy: ApprovalSettings
     show: Callable[[SurfaceEvent], None]
+    workspace: Path | None = None  # where `write` would write (its preview shows the change)
 
 
 @dataclass(slots=True)
@@ -210,7 +214,9 @@ class Approvals:
             call = gate_call.call
             request = {
                 "label": gate_call.label,
-                "preview": call_preview(call.name, call.arguments),
+                "preview": call_preview(
+                    call.name, call.arguments, await _current_file(run.workspace, call)
+                ),
                 "approvers": run.policy.approvers,
                 "asker_id": asker.id if asker else None,
                 "asker_name": asker.name if asker else None,
@@ -372,6 +378,21 @@ class Approvals:
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+async def _current_file(workspace: Path | None, call: ToolCall) -> str | None:
+    """The file a `write` call would replace, as it is (confined to the workspace, bounded);
+    None for a new file, another tool, or one that cannot be read."""
+    path = call.arguments.get("path")
+    if call.name != "write" or workspace is None or not isinstance(path, str):
+        return None
+    try:
+        data = await asyncio.to_thread(
+            read_file_in_workspace, workspace, path, max_bytes=MAX_PREVIEWED_FILE_BYTES
+        )
+    except Exception:
+        return None
+    return data.decode("utf-8", errors="replace")
 
 
 def _decided_event(record: ApprovalRecord) -> ApprovalDecided:

@@ -90,13 +90,21 @@ def mask_secrets(text: str) -> str:
     return _SECRET_SHAPES.sub(MASKED, text)
 
 
-def call_preview(tool_name: str, arguments: dict[str, Any]) -> str:
-    """Exactly what will run, for people: bounded, secrets masked (Markdown code blocks)."""
+def call_preview(tool_name: str, arguments: dict[str, Any], current: str | None = None) -> str:
+    """Exactly what will run, for people: bounded, secrets masked (Markdown code blocks).
+    `current`: the file `write` would replace, as it is now (None: a new file)."""
     if tool_name == "bash" and isinstance(arguments.get("command"), str):
         text = _block(arguments["command"])
     elif tool_name == "write" and isinstance(arguments.get("content"), str):
-        added = "\n".join(f"+{line}" for line in arguments["content"].splitlines())
-        text = f"{_path(arguments)}\n{_block(added, 'diff')}"
+        if current is None:
+            shown = "\n".join(f"+{line}" for line in arguments["content"].splitlines())
+            text = f"{_path(arguments)} (a new file)\n{_block(shown, 'diff')}"
+        else:
+            diff = difflib.unified_diff(
+                current.splitlines(), arguments["content"].splitlines(), lineterm="", n=2
+            )
+            shown = "\n".join(list(diff)[2:]) or "(no change)"
+            text = f"{_path(arguments)} (replaced)\n{_block(shown, 'diff')}"
     elif tool_name == "edit" and isinstance(arguments.get("old_text"), str):
         diff = difflib.unified_diff(
             arguments["old_text"].splitlines(),

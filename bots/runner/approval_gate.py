@@ -46,5 +46,6 @@ def approval_gate(
         asker=author,
         policy=policy,
         show=run.feed.put,
+        workspace=shared.workspaces.path(conversation.channel_key),
     )
     return shared.approvals.gate(facts, [tool.name for tool in tools])

@@ -58,7 +58,9 @@ def test_the_preview_shows_what_will_run_with_secrets_masked() -> None:
     edit = call_preview("edit", {"path": "a.py", "old_text": "x = 1\n", "new_text": "x = 2\n"})
     assert "File: `a.py`" in edit and "-x = 1" in edit and "+x = 2" in edit
     write = call_preview("write", {"path": "b.txt", "content": "hello\nworld"})
-    assert "+hello" in write and "+world" in write
+    assert "(a new file)" in write and "+hello" in write and "+world" in write
+    replaced = call_preview("write", {"path": "b.txt", "content": "hello\nthere"}, "hello\nworld")
+    assert "(replaced)" in replaced and "-world" in replaced and "+there" in replaced
     mcp = call_preview("github__create_issue", {"title": "t", "api_token": "ghp_" + "a" * 30})
     assert "github__create_issue" in mcp and "ghp_" not in mcp and '"title": "t"' in mcp
     long = call_preview("bash", {"command": "echo " + "x" * 100_000})

@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from bots.features.approvals import Approvals
 from bots.platforms.slack.blocks import STOP_ACTION_ID
+from bots.workspaces import workspace_name
 from core.messages import Author, ToolResultMessage
 from core.models.scripted import Reply, ScriptedModel, call
+from core.tools import AgentTool, ToolContext, ToolResult
 from storage.base import ApprovalRecord
 from storage.sqlite import SqliteStore
 from tests.bots.platforms.slack.approval_helpers import (
@@ -355,3 +358,52 @@ async def test_approve_the_rest_of_this_run_passes_the_tools_later_calls(
     assert tool.ran == ["one", "two", "three"]  # the second and the later call: no new request
     assert [action for _, action, _ in audit].count("approval.request") == 2
     assert all(d.get("rest_of_run") for _, action, d in audit if action == "approval.decision")
+
+
+class WriteParams(BaseModel):
+    path: str
+    content: str
+
+
+class FakeWrite(AgentTool[WriteParams]):
+    """Named like the real `write`: its request shows a diff against the file as it is."""
+
+    name = "write"
+    label = "Write"
+    description = "Writes a file."
+    parameters = WriteParams
+
+    async def execute(self, call_id: str, params: WriteParams, ctx: ToolContext) -> ToolResult:
+        (ctx.workspace / params.path).write_text(params.content)
+        return ToolResult.text("written")
+
+
+async def test_a_write_request_shows_the_change_to_the_file_as_it_is(
+    fake_slack: FakeSlack, tmp_path: Path
+) -> None:
+    model = ScriptedModel(
+        [
+            Reply(
+                tool_calls=[
+                    call("write", {"path": "notes.txt", "content": "alpha\nBETA\ngamma\n"}),
+                    call("write", {"path": "../outside.txt", "content": "x"}),
+                ]
+            ),
+            Reply(text="ok"),
+        ]
+    )
+    (tmp_path / "outside.txt").write_text("secret outside the workspace\n")
+    policy = APPROVALS | {"tools": ["write"]}
+    async with running(fake_slack, tmp_path, model, tools=[FakeWrite()], approvals=policy) as app:
+        channel = f"slack:{fake_slack.team_id}:C1"
+        (app.workspaces / workspace_name(channel)).mkdir(parents=True, exist_ok=True)
+        (app.workspaces / workspace_name(channel) / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+        event = message_event(fake_slack, "fix the notes")
+        await app.event(event)
+        [(message, _), _] = await wait_for_buttons(fake_slack, "C1", event["ts"], count=2)
+        shown = texts([message])
+        app.runner.stop(f"{channel}:{event['ts']}")
+        await app.settle()
+
+    assert "notes.txt" in shown and "-beta" in shown and "+BETA" in shown
+    assert "secret outside the workspace" not in shown  # never read from outside
