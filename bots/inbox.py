@@ -17,7 +17,7 @@ from bots.surface.contract import SurfaceEvent
 from bots.surface.feed import SurfaceFeed
 from core.loop import RunControl
 from core.messages import Author, UserMessage
-from storage.base import Conversation, InboxItem
+from storage.base import Conversation, InboxItem, RunRecord
 
 QUOTE_CHARS = 60
 
@@ -98,6 +98,7 @@ class ConversationState:
         self.drop_reason = ""
         self.run: RunState | None = None
         self.lease_lost = False  # a run was fenced out: the driver lets go of the conversation
+        self.resume: RunRecord | None = None  # a run left waiting for approval: continued first
         self.task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()
 

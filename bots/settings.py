@@ -38,6 +38,7 @@ from pydantic_settings import SettingsError as EnvSourceError
 
 from bots.config_file import ConfigFileError, read_config
 from bots.console.settings import ConsoleSettings
+from bots.features.approvals_policy import ApprovalSettings
 from bots.settings_check import (
     describe,
     named_by_configuration,
@@ -92,6 +93,7 @@ class ChannelSettings(BaseModel):
     # platform's default, e.g. `[slack] follow_ups`).
     follow_ups: bool | None = None
     timezone: TimeZoneName | None = None  # for scheduled work (None: `[schedules] timezone`)
+    approvals: ApprovalSettings | None = None  # replaces `[approvals]` in this channel
 
 
 _NO_CHANNEL = ChannelSettings()
@@ -129,6 +131,7 @@ class ChannelConfig(BaseModel):
     tools: tuple[str, ...] | None = None
     # For scheduled work; checked when set (a zone unknown later falls back to the file's).
     timezone: str | None = Field(default=None, max_length=64)
+    approvals: ApprovalSettings | None = None  # replaces the file's for the channel
 
     @classmethod
     def from_stored(cls, stored: dict[str, Any] | None) -> ChannelConfig:
@@ -303,6 +306,8 @@ class Settings(BaseSettings):
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)  # MCP tool servers (tools.mcp)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)  # the web console
+    # Tool calls that wait for a person's yes (bots.features.approvals); no tools: none wait.
+    approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
     # Who may use Teammate: platform user ids, and channel keys (or a whole platform, "slack").
     allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
     allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
@@ -370,6 +375,9 @@ class Settings(BaseSettings):
         """The settings of a channel: its own entry, else its platform's (`slack`), else none."""
         platform = channel_key.split(":", 1)[0]
         return self.channels.get(channel_key) or self.channels.get(platform) or _NO_CHANNEL
+
+    def approvals_for(self, channel_key: str) -> ApprovalSettings:
+        return self.channel(channel_key).approvals or self.approvals
 
     def model_for(self, channel_key: str) -> str:
         return self.channel(channel_key).model or self.model

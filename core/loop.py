@@ -20,6 +20,13 @@ Rules (docs/architecture.md, "The agent loop"):
 - Steering messages are injected after the current tool batch (never skipping calls the model
   made), before the next model call; follow-ups queued when the loop would stop start a turn.
 - A turn cap ends a runaway run with a clear message.
+- The gate (`LoopConfig.before_tool_calls`, pi's `beforeToolCall`) sees a batch's valid calls
+  before any runs and allows, denies (the reason is the call's result) or waits; the loop knows
+  nothing of who decides. None set: not a single await more. A stop while it waits ends the
+  run like a stop during the tools.
+- A resumed run (`AgentContext.resume`: a stored reply whose calls never ran, e.g. they were
+  waiting for approval when the process restarted) runs those calls first, without asking the
+  model again.
 
 Per-turn cost: the history is repaired once when the run starts and then only appended to; a
 turn never re-validates, re-repairs or re-converts earlier messages. Each model call does get a
@@ -73,7 +80,17 @@ from core.models.base import (
     ToolCallDelta,
 )
 from core.run_control import ABORTED_TEXT, RunControl
-from core.tool_calls import CANCELLED_TOOL_TEXT, LENGTH_TEXT, MAX_LABEL_CHARS, ToolCalls
+from core.tool_calls import (
+    CANCELLED_TOOL_TEXT,
+    LENGTH_TEXT,
+    MAX_LABEL_CHARS,
+    Allow,
+    Deny,
+    GateCall,
+    ToolCalls,
+    ToolGate,
+    Verdict,
+)
 from core.tools import AnyTool
 
 __all__ = [
@@ -84,8 +101,13 @@ __all__ = [
     "MAX_LABEL_CHARS",
     "MODEL_ABORTED_TEXT",
     "AgentContext",
+    "Allow",
+    "Deny",
+    "GateCall",
     "LoopConfig",
     "RunControl",
+    "ToolGate",
+    "Verdict",
     "run_agent",
 ]
 
@@ -98,11 +120,14 @@ MODEL_ABORTED_TEXT = "The model stopped the reply before finishing."
 
 @dataclass(slots=True)
 class AgentContext:
-    """What a run starts from: the system prompt, the history and the tools."""
+    """What a run starts from: the system prompt, the history and the tools. `resume`: a
+    reply already stored (not in `messages`) whose tool calls have no result yet; the run
+    executes them first instead of asking the model."""
 
     system_prompt: str
     messages: list[Message]
     tools: Sequence[AnyTool] = ()
+    resume: AssistantMessage | None = None
 
 
 @dataclass(slots=True)
@@ -112,6 +137,8 @@ class LoopConfig:
     workspace: Path = field(default_factory=Path.cwd)
     caller: Author | None = None
     conversation_key: str | None = None
+    # Asked before a batch's calls run (see the rules above); None costs nothing.
+    before_tool_calls: ToolGate | None = None
 
 
 async def run_agent(
@@ -227,8 +254,13 @@ class _Run:
             for message in pending:
                 self._add(message)
             pending = []
-            reply = await self._stream_reply()
-            self._add(reply, started=True)
+            resumed, self.context.resume = self.context.resume, None
+            if resumed is not None:
+                reply = resumed  # stored already: neither announced nor asked for again
+                self.sendable.append(reply)
+            else:
+                reply = await self._stream_reply()
+                self._add(reply, started=True)
             if reply.stop_reason in ("error", "aborted"):
                 self.emit(TurnEnd(turn=turn, message=reply, tool_results=[]))
                 if reply.stop_reason == "error":
@@ -343,7 +375,25 @@ class _Run:
     async def _execute_batch(
         self, calls: list[ToolCall], turn: int, reply: AssistantMessage
     ) -> list[ToolResultMessage]:
-        results, runnable = self.tool_calls.start(calls)
+        prepared = self.tool_calls.prepare(calls)
+        denied: dict[str, str] = {}
+        gate = self.config.before_tool_calls
+        if gate is not None:
+            try:
+                denied = await self.tool_calls.ask_gate(gate, prepared)
+            except asyncio.CancelledError:
+                if not self._our_cancel():
+                    raise
+                # Stopped while waiting for the gate: nothing ran, every call says so.
+                ordered = self.tool_calls.refuse_all(
+                    calls, CANCELLED_TOOL_TEXT, {"cancelled": True}
+                )
+                for result in ordered:
+                    self._add(result)
+                self.emit(TurnEnd(turn=turn, message=reply, tool_results=ordered))
+                self._finish_aborted()
+                raise _Aborted from None
+        results, runnable = self.tool_calls.start(prepared, denied)
         tasks: dict[str, asyncio.Task[ToolResultMessage]] = {}
         try:
             await self.tool_calls.run(runnable, tasks, results)

@@ -1,10 +1,13 @@
 """One model reply's tool calls, run: checked, executed with their deadlines, and turned into
 results whatever happens.
 
-Owns: `ToolCalls` (a run's tools by name; a batch started, run concurrently unless any tool is
-`sequential`, and settled after a stop so every started call has a result), the refusal of
-calls cut off by the output limit, and the wording of tool errors for the model (unknown tool,
-invalid arguments, a raising tool, a timeout). The turn loop around it is core.loop's.
+Owns: `ToolCalls` (a run's tools by name; a batch prepared, passed through the caller's gate,
+started, run concurrently unless any tool is `sequential`, and settled after a stop so every
+started call has a result), the gate's contract (`ToolGate`: the hook before a batch executes,
+which allows, denies with a reason, or makes the batch wait; `GateCall`, `Allow`, `Deny`), the
+refusal of calls cut off by the output limit, and the wording of tool errors for the model
+(unknown tool, invalid arguments, a raising tool, a timeout, a denial). The turn loop around it
+is core.loop's.
 
 Must not: import anything of ours outside `core`; raise for anything a tool does.
 """
@@ -15,9 +18,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from pydantic import ValidationError
 
@@ -36,7 +40,40 @@ LENGTH_TEXT = (
 MAX_LABEL_CHARS = 120
 CANCELLED_TOOL_TEXT = "The run was stopped before this tool finished; its outcome is unknown."
 
+DENIED_DETAILS_REASON = "denied"
+
 Runnable = tuple[ToolCall, AnyTool, Any]  # a call, its tool, its validated parameters
+# A call with its tool and validated parameters, or the result that already refuses it.
+Prepared = tuple[ToolCall, tuple[AnyTool, Any] | ToolResultMessage]
+
+
+@dataclass(slots=True, frozen=True)
+class GateCall:
+    """A call the gate decides on: it names an available tool and its arguments are valid.
+    `label` is the tool's own description of it (what `ToolExecutionStart` will carry)."""
+
+    call: ToolCall
+    label: str
+
+
+@dataclass(slots=True, frozen=True)
+class Allow:
+    """The call runs."""
+
+
+@dataclass(slots=True, frozen=True)
+class Deny:
+    """The call does not run; `reason` is what the model reads as its (error) result."""
+
+    reason: str
+
+
+Verdict: TypeAlias = Allow | Deny
+# The hook before a batch executes (pi's `beforeToolCall`): one verdict per call, in order.
+# It may take its time (a person deciding); a stop meanwhile cancels it. It must not raise: a
+# gate that does is logged and its batch denied, never run unchecked.
+ToolGate: TypeAlias = Callable[[list[GateCall]], Awaitable[list[Verdict]]]
+GATE_FAILED_TEXT = "This tool call was not run: its approval check failed."
 
 
 class CallSettings(Protocol):
@@ -65,28 +102,71 @@ class ToolCalls:
 
     def refuse_cut_off(self, calls: list[ToolCall]) -> list[ToolResultMessage]:
         """Results for the calls of a reply cut off by the output limit: none is executed."""
+        return self.refuse_all(calls, LENGTH_TEXT, {"reason": "length"})
+
+    def prepare(self, calls: list[ToolCall]) -> list[Prepared]:
+        """Each call with its tool and validated parameters, or the result refusing it
+        (unknown tool, invalid arguments). Nothing is announced yet."""
+        return [(call, self._prepare(call)) for call in calls]
+
+    @staticmethod
+    def gate_calls(prepared: list[Prepared]) -> list[GateCall]:
+        """The calls a gate decides on: those not refused already."""
+        return [
+            GateCall(call, _label(*ready))
+            for call, ready in prepared
+            if not isinstance(ready, ToolResultMessage)
+        ]
+
+    async def ask_gate(self, gate: ToolGate, prepared: list[Prepared]) -> dict[str, str]:
+        """The gate's denials by call id (an empty dict: every call may run). A cancel while
+        it waits propagates to the caller."""
+        asked = self.gate_calls(prepared)
+        if not asked:
+            return {}
+        try:
+            verdicts = await gate(asked)
+            if len(verdicts) != len(asked):
+                raise ValueError(f"{len(verdicts)} verdicts for {len(asked)} calls")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the tool gate failed; its batch is denied")
+            return {ask.call.id: GATE_FAILED_TEXT for ask in asked}
+        return {
+            ask.call.id: verdict.reason
+            for ask, verdict in zip(asked, verdicts, strict=True)
+            if isinstance(verdict, Deny)
+        }
+
+    def refuse_all(self, calls: list[ToolCall], text: str, details: Any) -> list[ToolResultMessage]:
+        """Every call announced and ended with the same error result (none runs)."""
         results = []
         for call in calls:
             self.emit(ToolExecutionStart(call.id, call.name, call.arguments, call.name))
-            result = _error_result(call, LENGTH_TEXT, {"reason": "length"})
+            result = _error_result(call, text, details)
             self.emit(ToolExecutionEnd(call.id, call.name, result, 0.0))
             results.append(result)
         return results
 
-    def start(self, calls: list[ToolCall]) -> tuple[dict[str, ToolResultMessage], list[Runnable]]:
+    def start(
+        self, prepared: list[Prepared], denied: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, ToolResultMessage], list[Runnable]]:
         """Announce every call; the results of those refused already (unknown tool, invalid
-        arguments) by call id, and the calls left to run."""
+        arguments, denied by the gate) by call id, and the calls left to run."""
         results: dict[str, ToolResultMessage] = {}
         runnable: list[Runnable] = []
-        for call in calls:
-            prepared = self._prepare(call)
-            label = call.name if isinstance(prepared, ToolResultMessage) else _label(*prepared)
+        for call, ready in prepared:
+            label = call.name if isinstance(ready, ToolResultMessage) else _label(*ready)
+            reason = denied.get(call.id) if denied else None
+            if reason is not None:
+                ready = _error_result(call, reason, {"reason": DENIED_DETAILS_REASON})
             self.emit(ToolExecutionStart(call.id, call.name, call.arguments, label))
-            if isinstance(prepared, ToolResultMessage):
-                self.emit(ToolExecutionEnd(call.id, call.name, prepared, 0.0))
-                results[call.id] = prepared
+            if isinstance(ready, ToolResultMessage):
+                self.emit(ToolExecutionEnd(call.id, call.name, ready, 0.0))
+                results[call.id] = ready
             else:
-                runnable.append((call, prepared[0], prepared[1]))
+                runnable.append((call, ready[0], ready[1]))
         return results, runnable
 
     async def run(

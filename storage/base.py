@@ -2,12 +2,10 @@
 
 Owns: the `ConversationStore` protocol. `InstanceCoordination` (leases, their fencing and
 notifications when several instances share a database; `SingleProcess` for a store one
-process owns) is `storage.coordination`; the records the protocol returns and the errors it
-raises are `storage.records`; both are re-exported here: callers import every name from
-`storage.base`. Every
-backend (`sqlite`, `postgres`) implements the protocol, so callers never change. Records carry
-`core` messages, never rows; nothing outside `storage/` writes SQL. The contract and the inbox
-flow are described in docs/architecture.md ("The contracts", "The runner", "Several
+process owns) is `storage.coordination`; the records and errors are `storage.records`; both
+are re-exported here: callers import every name from `storage.base`. Every backend (`sqlite`,
+`postgres`) implements the protocol. Records carry `core` messages, never rows; nothing
+outside `storage/` writes SQL. Described in docs/architecture.md ("The contracts", "Several
 instances").
 
 Must not: import `tools` or `bots`.
@@ -19,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from core.messages import Message, Usage
+from storage.approvals import ApprovalRecord, ApprovalState
 from storage.console_records import (
     ChannelActivity,
     ConsoleHealth,
@@ -64,6 +63,8 @@ from storage.records import (
 
 __all__ = [
     "Accepted",
+    "ApprovalRecord",
+    "ApprovalState",
     "AuditEntry",
     "ChannelActivity",
     "Compaction",
@@ -447,6 +448,48 @@ class ConversationStore(Protocol):
     async def console_health(self, *, errors_limit: int) -> ConsoleHealth:
         """The inbox's depth, runs in progress, live leases by holder, the last
         `errors_limit` failed runs, the database's size."""
+        ...
+
+    # approvals: a tool call waiting for a person's yes (bots.features.approvals)
+    async def add_approval(
+        self,
+        *,
+        conversation_id: int,
+        conversation_key: str,
+        channel_key: str,
+        run_id: int,
+        call_id: str,
+        tool_name: str,
+        request: dict[str, Any],
+        now: float,
+        expires_at: float,
+    ) -> ApprovalRecord:
+        """Store a pending request for the call, or return the one stored for it already (a
+        resumed run asks again: the first request, and any decision, stand). A request over
+        its bound as JSON: `ValueError`, nothing stored."""
+        ...
+
+    async def approval(self, approval_id: int) -> ApprovalRecord | None: ...
+
+    async def run_approvals(self, run_id: int) -> list[ApprovalRecord]:
+        """The run's requests, oldest first."""
+        ...
+
+    async def pending_approvals(self, *, limit: int) -> list[ApprovalRecord]:
+        """Requests still pending, oldest first."""
+        ...
+
+    async def decide_approval(
+        self,
+        approval_id: int,
+        state: ApprovalState,
+        *,
+        by: str | None,
+        by_name: str | None,
+        now: float,
+    ) -> ApprovalRecord | None:
+        """Decide a pending request; the decided record, or None if it was not pending (one
+        conditional UPDATE: of any number of deciders, on any instances, one wins)."""
         ...
 
     async def now(self) -> float:

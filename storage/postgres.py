@@ -42,8 +42,8 @@ from storage.accepted import AcceptedMessages
 from storage.audit_log import PostgresAuditLog
 from storage.base import ConversationStore, InstanceCoordination
 from storage.dsn import redact_dsn
+from storage.postgres_approvals import PostgresApprovals
 from storage.postgres_batch import APPEND, AppendCall
-from storage.postgres_channel_data import PostgresChannelData
 from storage.postgres_connections import Clock
 from storage.postgres_console import PostgresConsole
 from storage.postgres_pool import Pool
@@ -70,7 +70,7 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in ("postgresql", "postgres")
 
 
-class PostgresStore(PostgresChannelData, PostgresAuditLog, PostgresConsole):
+class PostgresStore(PostgresApprovals, PostgresAuditLog, PostgresConsole):
     """Persisted conversations in a PostgreSQL database, shared by any number of instances.
 
         async with PostgresStore.open("postgresql://teammate@db/teammate") as store: ...

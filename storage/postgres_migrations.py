@@ -300,6 +300,31 @@ MIGRATIONS: list[PgMigration] = [
         CREATE INDEX inbox_pending_all ON inbox (received_at) WHERE state = 'pending';
         """,
     ),
+    PgMigration(
+        # A tool call waiting for a person's yes, as SQLite's m011.
+        "m010_approvals",
+        """
+        CREATE TABLE approvals (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            conversation_id BIGINT NOT NULL,
+            conversation_key TEXT NOT NULL,
+            channel_key TEXT NOT NULL,
+            run_id BIGINT NOT NULL,
+            call_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            request TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN
+                ('pending', 'approved', 'denied', 'timed_out', 'cancelled')),
+            requested_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            decided_by TEXT,
+            decided_by_name TEXT,
+            decided_at DOUBLE PRECISION,
+            UNIQUE (run_id, call_id)
+        );
+        CREATE INDEX approvals_pending ON approvals (id) WHERE state = 'pending';
+        """,
+    ),
 ]
 
 

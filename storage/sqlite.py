@@ -62,12 +62,13 @@ from storage.records import (
     UsageSummary,
     Vote,
 )
+from storage.sqlite_approvals import SqliteApprovals
 from storage.sqlite_connections import Clock
 from storage.sqlite_console import SqliteConsole
 from storage.sqlite_ops import Db
 
 
-class SqliteStore(SqliteAuditLog, SqliteConsole):
+class SqliteStore(SqliteApprovals, SqliteAuditLog, SqliteConsole):
     """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
 
         async with SqliteStore.open("teammate.db") as store: ...

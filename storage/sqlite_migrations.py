@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from storage.approvals_sql import APPROVALS_TABLE
 from storage.base import DatabaseDamaged, SchemaError
 
 # "Tmat" in ASCII: marks a file as a Teammate database (bytes 68-71 of the SQLite header).
@@ -480,4 +481,15 @@ def m010_console(db: sqlite3.Connection) -> None:
         """,
         "CREATE INDEX runs_started ON runs(started_at)",
         "CREATE INDEX runs_errors ON runs(finished_at) WHERE outcome = 'error'",
+    )
+
+
+@migration
+def m011_approvals(db: sqlite3.Connection) -> None:
+    # A tool call waiting for a person's yes (issue 27): kept across restarts, decided once
+    # (a conditional UPDATE on `state`), one row per call of a run.
+    _run(
+        db,
+        APPROVALS_TABLE,
+        "CREATE INDEX approvals_pending ON approvals(id) WHERE state = 'pending'",
     )

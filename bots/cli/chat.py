@@ -17,11 +17,13 @@ from pathlib import Path
 
 from bots.app import App, open_app, require_model_credentials
 from bots.cli.common import settings_from, start_logging
+from bots.platforms.terminal.approvals import TerminalApprovals
 from bots.platforms.terminal.surface import (
     TERMINAL_RULES,
     StdinLines,
     TerminalSurfaces,
     conversation_key,
+    local_author,
     run_ask,
     run_chat,
 )
@@ -69,21 +71,35 @@ def workspace_of(args: argparse.Namespace) -> Path:
 
 
 @asynccontextmanager
-async def _terminal(settings: Settings, key: str, workspace: Path) -> AsyncIterator[App]:
+async def _terminal(
+    settings: Settings, key: str, workspace: Path
+) -> AsyncIterator[tuple[App, TerminalSurfaces]]:
     surfaces = TerminalSurfaces(err=sys.stderr, current_key=key)
     async with open_app(settings, platform_rules=TERMINAL_RULES, surfaces=surfaces) as app:
         app.runner.use_workspace(key, workspace)
-        yield app
+        yield app, surfaces
 
 
 async def _ask(settings: Settings, name: str, prompt: str, workspace: Path) -> int:
-    async with _terminal(settings, conversation_key(name), workspace) as app:
-        return await run_ask(app, name, prompt, out=sys.stdout, err=sys.stderr)
+    async with _terminal(settings, conversation_key(name), workspace) as (app, _surfaces):
+        # An approval's question needs a terminal to answer it; without one it is denied.
+        read_line = _read_terminal_line if sys.stdin.isatty() else None
+        return await run_ask(app, name, prompt, out=sys.stdout, err=sys.stderr, read_line=read_line)
+
+
+async def _read_terminal_line() -> str | None:
+    line = await asyncio.to_thread(sys.stdin.readline)
+    return line or None
 
 
 async def _chat(settings: Settings, name: str, workspace: Path) -> int:
     key = conversation_key(name)
-    async with _terminal(settings, key, workspace) as app:
+    async with _terminal(settings, key, workspace) as (app, surfaces):
+        # Approval questions are asked on stderr, answered by the next line typed (a run
+        # continued after a restart asks here too); piped input cannot answer: denied.
+        approvals = TerminalApprovals(app.runner.approvals, key, local_author(), sys.stderr)
+        approvals.interactive = sys.stdin.isatty()
+        surfaces.approvals = approvals
         return await run_chat(
             app,
             name,
@@ -92,4 +108,5 @@ async def _chat(settings: Settings, name: str, workspace: Path) -> int:
             err=sys.stderr,
             interactive=sys.stdin.isatty(),
             model_id=settings.model_for(key),
+            approvals=approvals,
         )

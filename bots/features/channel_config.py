@@ -24,6 +24,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from bots.features.approvals_policy import describe_approvals, parse_approvals
 from bots.settings import ChannelConfig, Settings
 from core.models.catalog import ANTHROPIC_MODELS, LOCAL_MODELS, model_status
 from core.tools import AnyTool
@@ -47,6 +48,8 @@ class ConfigChange:
     tools: str | None = None
     reset: bool = False
     timezone: str | None = None  # an IANA name, or "default"
+    # Tool names or globs, with `approvers=…` and `timeout=<s>`; "off"; or "default".
+    approvals: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -56,6 +59,7 @@ class ConfigChange:
             and self.model is None
             and self.tools is None
             and self.timezone is None
+            and self.approvals is None
         )
 
 
@@ -67,6 +71,7 @@ class ConfigView:
     prompt: str
     tools: str
     timezone: str = ""
+    approvals: str = ""
 
 
 def allowed_tools(settings: Settings, channel_key: str) -> list[str]:
@@ -123,6 +128,11 @@ def apply_change(
         problem, changed = _with_timezone(changed, change.timezone.strip())
         if problem:
             return problem, stored
+    if change.approvals is not None:
+        problem, policy = parse_approvals(change.approvals.strip())
+        changed = changed.model_copy(update={"approvals": policy})
+        if problem:
+            return problem, stored
     return "", changed
 
 
@@ -156,7 +166,14 @@ def describe(settings: Settings, channel_key: str, stored: ChannelConfig) -> Con
         timezone = f"{channel_timezone(settings, channel_key, stored)} (set here)"
     else:
         timezone = f"{settings.timezone_for(channel_key)} (configuration file)"
-    return ConfigView(model=model, prompt=prompt, tools=tools, timezone=timezone)
+    if stored.approvals is not None:
+        approvals = f"{describe_approvals(stored.approvals)} (set here)"
+    else:
+        file_policy = settings.approvals_for(channel_key)
+        approvals = f"{describe_approvals(file_policy)} (configuration file)"
+    return ConfigView(
+        model=model, prompt=prompt, tools=tools, timezone=timezone, approvals=approvals
+    )
 
 
 class ChannelConfigs:

@@ -188,6 +188,7 @@ class ChannelCommands:
                 f"{bullet} extra instructions: {view.prompt}",
                 f"{bullet} tools: {view.tools}",
                 f"{bullet} time zone (scheduled work): {view.timezone}",
+                f"{bullet} approvals: {view.approvals}",
                 self.markup.config_usage,
             ]
         )

@@ -20,11 +20,12 @@ import logging
 from bots.fairness import RunSlots
 from bots.inbox import ConversationState, Queued
 from bots.runner.recovery import Recovery
+from bots.runner.resume import resume_run
 from bots.runner.run import Runs
 from bots.runner.shared import Shared, StopResult, SubmitResult, acknowledge
 from bots.runner.texts import QUEUED_TEXT
 from bots.surface.contract import Notice, Surface
-from storage.base import Accepted
+from storage.base import Accepted, Conversation, RunRecord
 
 __all__ = ["Drivers"]
 
@@ -104,6 +105,13 @@ class Drivers:
         state.inbox.clear()
         state.dropping.clear()
 
+    def resume(self, conversation: Conversation, record: RunRecord) -> None:
+        """Start a driver that first continues `record`, a run left waiting for approval
+        by a process that died, then answers what the store holds for the conversation."""
+        state = ConversationState(conversation)
+        state.resume = record
+        self.start(state, adopt=True)
+
     def adopt(self, state: ConversationState) -> None:
         """Start a driver that first takes in what the store holds for the conversation."""
         self.start(state, adopt=True)
@@ -121,7 +129,7 @@ class Drivers:
         leased = False
         try:
             if instances.shared:
-                if not await self._take_lease(conversation_id):
+                if not await self._take_lease(state):
                     self.hand_over(state)  # another instance runs it and was notified
                     return
                 leased = adopt = True  # and answers what others left pending
@@ -137,13 +145,17 @@ class Drivers:
                         # answers them (it does not know they were stopped).
                         log.exception("could not drop stopped messages in %s", key)
                     continue
+                if state.resume is not None and not shared.closing:
+                    record, state.resume = state.resume, None
+                    await resume_run(self._runs, state, record)
+                    continue
                 if leased and not state.inbox and not shared.closing:
                     leased = False
                     await instances.release_lease(conversation_id)
                     # Another instance may have accepted a message while this one held the
                     # lease (and left it to us): look again now that anyone may take it.
                     if await shared.store.pending(conversation_id) or state.inbox:
-                        if await self._take_lease(conversation_id):
+                        if await self._take_lease(state):
                             leased = True
                             await self._adopt_pending(state)
                         else:
@@ -183,16 +195,19 @@ class Drivers:
                     log.exception("could not release the lease of %s", key)
             state.done.set()
 
-    async def _take_lease(self, conversation_id: int) -> bool:
+    async def _take_lease(self, state: ConversationState) -> bool:
         """Acquire the conversation's lease for a driver; False if another live instance holds
         it. Taken from a dead instance, the runs it left open there are closed first, before
         anything is answered: a later run would end history with its own answer, and the dead
         run's repair would show that one as its own."""
         instances = self._shared.instances
+        conversation_id = state.conversation.id
         if not await instances.acquire_lease(conversation_id):
             return False
         if instances.took_over(conversation_id):
-            await self._recovery.repair_open_runs(conversation_id)
+            waiting = await self._recovery.repair_open_runs(conversation_id)
+            if waiting is not None:  # left waiting for approval: continued here, first
+                state.resume = waiting
         return True
 
     async def _adopt_pending(self, state: ConversationState) -> None:

@@ -36,6 +36,7 @@ from bots.errors import (
     storage_failure_text,
     unexpected_failure_text,
 )
+from bots.features.approvals import Approvals
 from bots.incoming import Incoming
 from bots.prompt import PlatformRules, backfill_message
 from bots.runner.driver import Drivers
@@ -92,6 +93,7 @@ class ConversationRunner:
         )
         self._recovery = Recovery(self._shared)
         self._drivers = Drivers(self._shared, runs, self._recovery)
+        self._recovery.resume = self._drivers.resume
         self._others = Instances(self._shared, self._drivers)
 
     def use_workspace(self, channel_key: str, path: Path) -> None:
@@ -168,6 +170,11 @@ class ConversationRunner:
             if state.conversation.channel_key == channel_key
         ]
 
+    @property
+    def approvals(self) -> Approvals:
+        """Requests waiting for a person's yes, and their decisions (bots.features.approvals)."""
+        return self._shared.approvals
+
     def current_run(self, conversation_key: str) -> int | None:
         """The id of the conversation's run in progress (for a Stop button), or None."""
         state = self._shared.active.get(conversation_key)
@@ -229,8 +236,15 @@ class ConversationRunner:
         for task in list(shared.background):
             task.cancel()
         for state in list(shared.active.values()):
-            if state.run is not None:
-                state.run.cancel("Teammate is shutting down.")
+            run = state.run
+            if run is not None and run.id is not None and shared.approvals.park(run.id):
+                # Waiting for a person: left open, shown as it is, its request kept; the next
+                # start continues it (bots.runner.resume).
+                run.feed.abandon()
+                if state.task is not None:
+                    state.task.cancel()
+            elif run is not None:
+                run.cancel("Teammate is shutting down.")
         tasks = [s.task for s in shared.active.values() if s.task is not None]
         waits: list[asyncio.Future[None]] = [*tasks]
         waits += [f.finished for feeds in shared.feeds.values() for f in feeds]

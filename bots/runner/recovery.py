@@ -23,7 +23,7 @@ from bots.runner.shared import FINAL_SHOWN_WAIT_S, Shared
 from bots.surface.contract import RunFinished
 from core.history import interrupted_result, unanswered_tool_calls
 from core.messages import AssistantMessage, Message
-from storage.base import RunOutcome, RunRecord
+from storage.base import Conversation, RunOutcome, RunRecord
 
 __all__ = ["DELIVERY_MEMORY_S", "REPAIRS_AT_ONCE", "Recovery"]
 
@@ -38,6 +38,8 @@ class Recovery:
 
     def __init__(self, shared: Shared) -> None:
         self._shared = shared
+        # Continues a run left waiting for approval (the drivers' `resume`, set by the runner).
+        self.resume: Callable[[Conversation, RunRecord], None] | None = None
         # Runs being repaired here, by conversation: its driver answers nothing before they
         # are closed (see `repair`).
         self._repairing: dict[int, set[asyncio.Event]] = {}
@@ -47,6 +49,7 @@ class Recovery:
         with messages accepted but never delivered. Returns the runs recovered."""
         store, instances, active = self._shared.store, self._shared.instances, self._shared.active
         repairs: list[RunRecord] = []
+        resumable: list[RunRecord] = []  # waiting for approval: continued, not closed
         # Platforms retry a delivery for minutes, not days; a week of ids is plenty.
         await store.prune_deliveries(DELIVERY_MEMORY_S)
         busy: set[int] = set()  # conversations another live process is running
@@ -67,9 +70,20 @@ class Recovery:
             elif owner_alive(run.owner):
                 busy.add(run.conversation_id)
                 continue
+            if await self._waiting_for_approval(run):
+                resumable.append(run)
+                continue
             repairs.append(run)
         # At once, bounded: each waits for its end to be shown (a platform call or a few).
         recovered = await _each_bounded(self.repair, repairs, REPAIRS_AT_ONCE)
+        for run in resumable:
+            conversation = (await store.load(run.conversation_id)).conversation
+            if self.resume is None or conversation.key in active:
+                recovered.append(await self.repair(run))
+                continue
+            log.info("run %s in %s waits for approval; continued", run.id, run.conversation_key)
+            self.resume(conversation, run)
+            leased.pop(run.conversation_id, None)  # its driver holds (and releases) it now
         for conversation_id in await store.pending_conversations():
             if conversation_id in busy:
                 continue
@@ -85,17 +99,27 @@ class Recovery:
             await instances.release_lease(conversation_id)
         return recovered
 
-    async def repair_open_runs(self, conversation_id: int) -> None:
+    async def repair_open_runs(self, conversation_id: int) -> RunRecord | None:
         """Repair every run still open in the conversation (its lease was just taken over from
-        a dead instance)."""
+        a dead instance), but one left waiting for approval: returned, for the driver that
+        took the lease to continue."""
+        waiting: RunRecord | None = None
         for run in await self._shared.store.running_runs():
-            if run.conversation_id == conversation_id:
+            if run.conversation_id != conversation_id:
+                continue
+            if waiting is None and await self._waiting_for_approval(run):
+                waiting = run
+            else:
                 await self.repair(run)
+        return waiting
 
     async def repaired(self, conversation_id: int) -> None:
         """Return once no run of the conversation is being repaired here."""
         for repairing in list(self._repairing.get(conversation_id, ())):
             await repairing.wait()
+
+    async def _waiting_for_approval(self, run: RunRecord) -> bool:
+        return any(r.pending for r in await self._shared.store.run_approvals(run.id))
 
     async def repair(self, run: RunRecord) -> RunRecord:
         """Close a run its process left open (it died, or stalled past its lease): history

@@ -42,6 +42,7 @@ from bots.prompt import (
     system_prompt,
 )
 from bots.recovery import OWNER
+from bots.runner.approval_gate import approval_gate as gate_of
 from bots.runner.fencing import FencedModel, RunFence, fenced_tools
 from bots.runner.shared import FINAL_SHOWN_WAIT_S, Shared, acknowledge
 from bots.runner.texts import (
@@ -85,8 +86,7 @@ class Runs:
         self.clock = clock
         # May be async (MCP tools: tools.mcp), never waiting long (see there).
         self.toolset_factory = toolset_factory
-        # Tools bound to the run's channel (memory, schedules): not narrowed by a channel's
-        # stored tool list, which names only the file's tools.
+        # Bound to the run's channel (memory, schedules): no stored tool list narrows them.
         self.channel_tools = channel_tools
         self._model_factory = model_factory
         self._platform_rules = platform_rules
@@ -193,7 +193,7 @@ class Run:
         self._run = run
         self._batch = batch
         self._conversation = state.conversation
-        self._author = batch[0].author
+        self._author = batch[0].author if batch else None
         self._usage = Usage()  # what this run's replies cost (the store totals the same)
         self._overrides: ChannelConfig  # what the channel's admin set, read as the run starts
         # The lease the driver holds (several instances): every write carries it.
@@ -203,6 +203,7 @@ class Run:
         # Taken off the inbox, neither delivered nor dropped yet (`Runs` puts them back if
         # the run fails before its record is made).
         self.taken: list[Queued] = []
+        self._resume: AssistantMessage | None = None  # its calls run first (bots.runner.resume)
 
     async def answer(self) -> None:
         model = await self._start()
@@ -290,8 +291,7 @@ class Run:
             tools += self._runs.channel_tools(conversation.channel_key)
         tools = fenced_tools(tools, self._fence)
         prompt = self._runs.system_prompt(conversation.channel_key)
-        # The channel's instructions and memory reach the model as a note appended when they
-        # changed, never as an edit of what was sent (bots.prompt, "Preserved thinking").
+        # Instructions and memory: a note appended on change (bots.prompt, "Preserved thinking").
         memory = ""
         if self._settings.memory.enabled:
             memory = memory_block(await self._store.memory_notes(conversation.channel_key))
@@ -307,15 +307,17 @@ class Run:
             workspace=self._shared.workspaces.path(conversation.channel_key),
             caller=self._author,
             conversation_key=conversation.key,
+            before_tool_calls=gate_of(
+                self._shared, conversation, run, self._author, tools, self._overrides
+            ),
         )
-
         overflow_retried = False
         while True:
             control = run.new_control()
             run.accepting = True
             for queued in state.inbox.values():
                 run.steer(queued)
-            context = AgentContext(prompt, messages, tools)
+            context = AgentContext(prompt, messages, tools, self._resume)
             try:
                 end = await self._stream(context, FencedModel(model, self._fence), control, config)
             finally:
@@ -360,10 +362,8 @@ class Run:
                 self._conversation.key, run.id, outcome, self._usage, final_text, error_text
             )
         )
-        # The end is shown before the run is closed in the store: killed in between, the run
-        # is still "running" at the next start and `recover()` shows its end there (else it
-        # would be closed and never shown). Bounded: a platform that is down delays only this
-        # conversation's next run, by at most this long.
+        # Shown before the run is closed: killed in between, `recover()` shows its end at the
+        # next start. Bounded: a platform that is down delays only this conversation's next run.
         run.feed.close()
         try:
             await asyncio.wait_for(run.feed.wait(), FINAL_SHOWN_WAIT_S)

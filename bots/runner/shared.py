@@ -17,6 +17,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Literal, TypeAlias
 
+from bots.features.approvals import Approvals
 from bots.inbox import ConversationState, Queued
 from bots.settings import Settings
 from bots.surface.contract import Notice, Surface, SurfaceFactory
@@ -52,6 +53,7 @@ class Shared:
         # lease per conversation and notifications; a single-process store grants every lease.
         self.instances = instances
         self.workspaces = Workspaces(settings.workspaces_dir)
+        self.approvals = Approvals(store)  # requests waiting for people (its own no-op if unset)
         self.active: dict[str, ConversationState] = {}
         self.feeds: dict[str, set[SurfaceFeed]] = {}  # still showing, per conversation
         self.closing = False

@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import assert_never
 
 from bots.surface.contract import (
+    ApprovalDecided,
+    ApprovalRequested,
     FileOut,
     Notice,
     NoticeLevel,
@@ -106,6 +108,10 @@ class SurfaceBase:
                 await self.on_file(event)
             case RunFinished():
                 await self.on_run_finished(event)
+            case ApprovalRequested():
+                await self.on_approval_requested(event)
+            case ApprovalDecided():
+                await self.on_approval_decided(event)
             case MessageUpdate(delta=ToolCallDelta()):
                 pass
             case (
@@ -150,4 +156,10 @@ class SurfaceBase:
         pass
 
     async def on_run_finished(self, event: RunFinished) -> None:
+        pass
+
+    async def on_approval_requested(self, event: ApprovalRequested) -> None:
+        pass
+
+    async def on_approval_decided(self, event: ApprovalDecided) -> None:
         pass

@@ -84,7 +84,46 @@ class RunFinished:
     type: Literal["run_finished"] = "run_finished"
 
 
-SurfaceEvent: TypeAlias = AgentEvent | RunStarted | Notice | FileOut | RunFinished
+@dataclass(slots=True, frozen=True)
+class ApprovalView:
+    """One call of a request: what will run (`preview`: Markdown, secrets masked)."""
+
+    approval_id: int
+    tool_name: str
+    label: str
+    preview: str
+
+
+@dataclass(slots=True, frozen=True)
+class ApprovalRequested:
+    """A run waits for a person's yes before the calls run (bots.features.approvals). The
+    surface shows the request with Approve and Deny buttons (and "approve the rest of this
+    run" for the same tool) per call, and says who it is `waiting_for`."""
+
+    conversation_key: str
+    run_id: int
+    requests: tuple[ApprovalView, ...]
+    waiting_for: str
+    timeout_s: float
+    type: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(slots=True, frozen=True)
+class ApprovalDecided:
+    """A request was decided (`state`: approved, denied, timed_out, cancelled) by `by_name`
+    (None: nobody, the clock or a stop); `text` says so for people."""
+
+    run_id: int
+    approval_id: int
+    state: str
+    by_name: str | None
+    text: str
+    type: Literal["approval_decided"] = "approval_decided"
+
+
+SurfaceEvent: TypeAlias = (
+    AgentEvent | RunStarted | Notice | FileOut | RunFinished | ApprovalRequested | ApprovalDecided
+)
 
 
 class Surface(Protocol):

@@ -14,7 +14,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import discord
 
-from bots.platforms.discord.interactions import feedback_custom_id, parse_custom_id, stop_custom_id
+from bots.platforms.discord.interactions import (
+    approval_custom_id,
+    feedback_custom_id,
+    parse_custom_id,
+    stop_custom_id,
+)
+
+Choice = Literal["approve", "deny", "rest"]
 
 UNAVAILABLE_TEXT = "That button isn't available right now."
 BUTTONS_COG = "Buttons"  # the cog that handles a press
@@ -28,6 +35,10 @@ class ButtonHandler(Protocol):
 
     async def on_feedback_button(
         self, interaction: discord.Interaction[Any], run_id: int, vote: Literal["up", "down"]
+    ) -> None: ...
+
+    async def on_approval_button(
+        self, interaction: discord.Interaction[Any], approval_id: int, choice: Choice
     ) -> None: ...
 
 
@@ -111,6 +122,61 @@ class FeedbackButton(
             await _unavailable(interaction)
 
 
+_APPROVAL_LOOKS: dict[Choice, tuple[str, discord.ButtonStyle]] = {
+    "approve": ("Approve", discord.ButtonStyle.success),
+    "deny": ("Deny", discord.ButtonStyle.danger),
+    "rest": ("Approve the rest of this run", discord.ButtonStyle.secondary),
+}
+
+
+class ApprovalButton(
+    discord.ui.DynamicItem[discord.ui.Button[Any]],
+    template=re.compile(r"approval:(?P<id>[0-9]{1,18}):(?P<choice>approve|deny|rest)"),
+):
+    def __init__(self, approval_id: int, choice: Choice, row: int | None = None) -> None:
+        label, style = _APPROVAL_LOOKS[choice]
+        super().__init__(
+            discord.ui.Button(
+                label=label,
+                style=style,
+                custom_id=approval_custom_id(approval_id, choice),
+                row=row,
+            )
+        )
+        self.approval_id = approval_id
+        self.choice: Choice = choice
+
+    @classmethod
+    async def from_custom_id(
+        cls,
+        interaction: discord.Interaction[Any],
+        item: discord.ui.Item[Any],
+        match: re.Match[str],
+        /,
+    ) -> ApprovalButton:
+        parsed = parse_custom_id(match.group(0))
+        assert parsed is not None and parsed[0] == "approval"
+        choice: Choice = "approve" if parsed[2] == "approve" else "deny"
+        return cls(parsed[1], "rest" if parsed[2] == "rest" else choice)
+
+    async def callback(self, interaction: discord.Interaction[Any]) -> None:
+        handler = _handler(interaction.client)
+        if handler is not None:
+            await handler.on_approval_button(interaction, self.approval_id, self.choice)
+        else:
+            await _unavailable(interaction)
+
+
+def approval_view(approval_ids: list[int]) -> discord.ui.View:
+    """A row of Approve / Deny / approve the rest per request (five rows at most)."""
+    view = discord.ui.View(timeout=None)
+    for row, approval_id in enumerate(approval_ids[:5]):
+        choices: tuple[Choice, ...] = ("approve", "deny", "rest")
+        for choice in choices:
+            view.add_item(ApprovalButton(approval_id, choice, row))
+    return view
+
+
 def stop_view(run_id: int, channel_id: str | None) -> discord.ui.View:
     view = discord.ui.View(timeout=None)
     view.add_item(StopButton(run_id, channel_id))
@@ -124,4 +190,8 @@ def feedback_view(run_id: int) -> discord.ui.View:
     return view
 
 
-DYNAMIC_ITEMS: tuple[type[discord.ui.DynamicItem[Any]], ...] = (StopButton, FeedbackButton)
+DYNAMIC_ITEMS: tuple[type[discord.ui.DynamicItem[Any]], ...] = (
+    StopButton,
+    FeedbackButton,
+    ApprovalButton,
+)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import discord
 from discord.ext import commands
 
+from bots.features.approvals_clicks import UNKNOWN_APPROVAL_TEXT, ApprovalClick, approval_click
 from bots.features.clicks import (
     FEEDBACK_TEXT,
     STALE_STOP_TEXT,
@@ -26,7 +27,8 @@ from bots.features.clicks import (
     stop_click,
 )
 from bots.features.commands import STOPPED_TEXT
-from bots.platforms.discord.buttons import BUTTONS_COG, DYNAMIC_ITEMS
+from bots.platforms.discord.access import is_admin
+from bots.platforms.discord.buttons import BUTTONS_COG, DYNAMIC_ITEMS, Choice
 from bots.platforms.discord.events import ButtonPress, parse_interaction
 from bots.platforms.discord.payloads import interaction_payload
 
@@ -36,6 +38,12 @@ if TYPE_CHECKING:
 __all__ = ["ButtonsCog"]
 
 log = logging.getLogger(__name__)
+
+DECIDED_TEXT: dict[Choice, str] = {
+    "approve": "Approved.",
+    "deny": "Denied.",
+    "rest": "Approved, with the rest of this run's calls of the tool.",
+}
 
 
 class ButtonsCog(commands.Cog, name=BUTTONS_COG):
@@ -83,6 +91,28 @@ class ButtonsCog(commands.Cog, name=BUTTONS_COG):
         # Only a run of the channel pressed in: an id naming another channel's is forged.
         result = await feedback_click(self.bot.runner, self._click(press, run_id), vote)
         await _answer(interaction, FEEDBACK_TEXT if result == "kept" else UNKNOWN_RUN_TEXT)
+
+    async def on_approval_button(
+        self, interaction: discord.Interaction[Any], approval_id: int, choice: Choice
+    ) -> None:
+        """Only an approver's press counts (checked from the interaction's own user);
+        anyone else, or a press on a request decided already, gets a private note."""
+        press = await self._press(interaction)
+        if press is None or press.action != "approval":
+            await _answer(interaction, UNKNOWN_APPROVAL_TEXT)
+            return
+        if await self.bot.refused(interaction, press.context):
+            return
+        context = press.context
+        pressed = ApprovalClick(
+            approval_id,
+            choice,
+            context.person.author(),
+            is_admin=is_admin(self.bot.config, context.person),
+            channel_keys=(context.channel_key,),
+        )
+        note = await approval_click(self.bot.runner.approvals, pressed)
+        await _answer(interaction, note or DECIDED_TEXT[choice])
 
     async def _press(self, interaction: discord.Interaction[Any]) -> ButtonPress | None:
         parsed = parse_interaction(interaction_payload(interaction))

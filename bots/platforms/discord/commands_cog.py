@@ -42,7 +42,7 @@ DISCORD_MARKUP = Markup(
     bold="**",
     bullet="-",
     config_usage="Change it with `/teammate config` and its options `prompt`, `model`, "
-    "`tools`, `timezone`, `reset`.",
+    "`tools`, `timezone`, `approvals`, `reset`.",
     admin_text=ADMIN_TEXT,
 )
 
@@ -78,6 +78,7 @@ class CommandsCog(commands.Cog, name="Commands"):
         tools="Tools here, e.g. read,grep ('none'; 'default': the file's)",
         reset="Forget everything set here",
         timezone="Time zone for scheduled work, e.g. Europe/Berlin ('default': the file's)",
+        approvals="Tools needing approval, e.g. bash,write approvers=admins ('off'; 'default')",
     )
     async def config_command(
         self,
@@ -87,6 +88,7 @@ class CommandsCog(commands.Cog, name="Commands"):
         tools: str | None = None,
         reset: bool = False,
         timezone: str | None = None,
+        approvals: str | None = None,
     ) -> None:
         # The options are read from the interaction's payload, like every other command's.
         command = await self._command(interaction, "config", check_access=False)
@@ -171,6 +173,7 @@ def _config_change(options: dict[str, OptionValue]) -> ConfigChange:
         tools=text("tools"),
         reset=options.get("reset") is True,
         timezone=text("timezone"),
+        approvals=text("approvals"),
     )
 
 

@@ -107,14 +107,16 @@ class SlashCommand:
 
 @dataclass(slots=True, frozen=True)
 class ButtonPress:
-    """One of our buttons: Stop on a run, or 👍/👎 on an answer."""
+    """One of our buttons: Stop on a run, 👍/👎 on an answer, or a choice on an approval
+    request (`run_id` is then the request's id, `choice` approve, deny or rest)."""
 
-    action: Literal["stop", "feedback"]
+    action: Literal["stop", "feedback", "approval"]
     run_id: int
     context: InteractionContext
     message_id: str | None  # the message the button is on
     vote: Literal["up", "down"] | None = None  # feedback only
     target_channel_id: str | None = None  # stop: the conversation's channel, when named
+    choice: Literal["approve", "deny", "rest"] | None = None  # approval only
 
     @property
     def conversation_key(self) -> str:
@@ -130,6 +132,7 @@ ParsedInteraction: TypeAlias = SlashCommand | ButtonPress | Ignored
 
 _STOP_ID = re.compile(r"stop:([0-9]{1,18})(?::([0-9]{1,20}))?")
 _FEEDBACK_ID = re.compile(r"feedback:([0-9]{1,18}):(up|down)")
+_APPROVAL_ID = re.compile(r"approval:([0-9]{1,18}):(approve|deny|rest)")
 
 
 def stop_custom_id(run_id: int, channel_id: str | None = None) -> str:
@@ -142,10 +145,15 @@ def feedback_custom_id(run_id: int, vote: Literal["up", "down"]) -> str:
     return f"feedback:{run_id}:{vote}"
 
 
+def approval_custom_id(approval_id: int, choice: Literal["approve", "deny", "rest"]) -> str:
+    return f"approval:{approval_id}:{choice}"
+
+
 def parse_custom_id(
     custom_id: object,
-) -> tuple[Literal["stop", "feedback"], int, str | None] | None:
-    """(action, run id, stop's channel id or feedback's vote), or None if not one of ours."""
+) -> tuple[Literal["stop", "feedback", "approval"], int, str | None] | None:
+    """(action, run or request id, stop's channel id, feedback's vote or an approval's
+    choice), or None if not one of ours."""
     if not isinstance(custom_id, str) or len(custom_id) > 100:
         return None
     stop = _STOP_ID.fullmatch(custom_id)
@@ -154,6 +162,9 @@ def parse_custom_id(
     feedback = _FEEDBACK_ID.fullmatch(custom_id)
     if feedback is not None:
         return "feedback", int(feedback.group(1)), feedback.group(2)
+    approval = _APPROVAL_ID.fullmatch(custom_id)
+    if approval is not None:
+        return "approval", int(approval.group(1)), approval.group(2)
     return None
 
 
@@ -280,6 +291,11 @@ def _button(
     message_id = snowflake_id(message.get("id")) if isinstance(message, Mapping) else None
     if action == "stop":
         return ButtonPress("stop", run_id, context, message_id, target_channel_id=extra)
+    if action == "approval":
+        choice: Literal["approve", "deny", "rest"] = (
+            "approve" if extra == "approve" else "deny" if extra == "deny" else "rest"
+        )
+        return ButtonPress("approval", run_id, context, message_id, choice=choice)
     vote: Literal["up", "down"] = "up" if extra == "up" else "down"
     return ButtonPress("feedback", run_id, context, message_id, vote=vote)
 

@@ -21,6 +21,7 @@ import discord
 
 from bots.platforms.discord.buttons import feedback_view, stop_view
 from bots.platforms.discord.pacing import ChannelPacer
+from bots.platforms.discord.surface_approvals import ApprovalMessages
 from bots.platforms.discord.surface_lines import (
     MAX_UPLOAD_BYTES,
     error_line,
@@ -82,7 +83,7 @@ _TRANSITIONS: dict[Stage, frozenset[Stage]] = {
 }
 
 
-class DiscordSurface(SurfaceBase):
+class DiscordSurface(ApprovalMessages, SurfaceBase):
     """Shows one run (or one steered message's notices) in a Discord channel, thread or DM.
 
     `channel` is where new messages go (the conversation's thread or DM). `head` is a message

@@ -49,6 +49,9 @@ _CONFIG_HINTS = {
     "`config tools none` or `config tools default`.",
     "timezone": "Name the time zone for scheduled work: `config timezone Europe/Berlin` (or "
     "`config timezone default`).",
+    "approvals": "Name the tools that wait for a person's yes: `config approvals bash,write` "
+    "(with `approvers=asker|admins|asker_or_admins`, `timeout=<seconds>`), `config approvals "
+    "off` or `config approvals default`.",
 }
 
 
@@ -79,7 +82,7 @@ def slack_markup(command: str) -> Markup:
         config_usage=(
             f"Change it with `{command} config model <id>|default`, `config prompt "
             "<text>|clear`, `config tools <a,b>|none|default`, `config timezone "
-            "<zone>|default`, or `config reset`."
+            "<zone>|default`, `config approvals <tools>|off|default`, or `config reset`."
         ),
         admin_text="Only Teammate's admins can see or change a channel's configuration "
         "(`[slack] admins` in the configuration file).",
@@ -181,6 +184,7 @@ class SlashCommands:
             model=value if field == "model" else None,
             tools=value if field == "tools" else None,
             timezone=value if field == "timezone" else None,
+            approvals=value if field == "approvals" else None,
         )
 
 

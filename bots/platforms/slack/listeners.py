@@ -39,6 +39,8 @@ from bots.access import access_refusal
 from bots.delivery_dedup import DeliveryDedup
 from bots.journal import EventJournal, Replay
 from bots.known_threads import KnownConversations
+from bots.platforms.slack.approval_blocks import APPROVAL_ACTION_IDS
+from bots.platforms.slack.approval_clicks import SlackApprovalClicks
 from bots.platforms.slack.backfill import thread_backfill
 from bots.platforms.slack.blocks import (
     FEEDBACK_ACTION_ID,
@@ -130,6 +132,13 @@ class SlackListeners:
             names=names,
             ephemeral=self._ephemeral,
         )
+        self._approval_clicks = SlackApprovalClicks(
+            runner=runner,
+            settings=settings,
+            team_id=identity.team_id,
+            names=names,
+            ephemeral=self._ephemeral,
+        )
 
     # -- registration ------------------------------------------------------------------------
 
@@ -142,6 +151,8 @@ class SlackListeners:
         route.handle(Route.NATIVE_STOP, self._on_native_stop)
         bolt.action(STOP_ACTION_ID)(self._on_stop_button)
         bolt.action(FEEDBACK_ACTION_ID)(self._on_feedback_button)
+        for action_id in APPROVAL_ACTION_IDS.values():
+            bolt.action(action_id)(self._on_approval_button)
 
     async def _on_event(self, body: dict[str, Any]) -> None:
         await self._journaled(EVENT, body)
@@ -198,6 +209,12 @@ class SlackListeners:
         click = parse_click(body)
         if click is not None:
             self._spawn(self._clicks.handle_feedback_click(click), f"feedback:{click.channel_id}")
+
+    async def _on_approval_button(self, ack: Any, body: dict[str, Any]) -> None:
+        await ack()
+        click = parse_click(body)
+        if click is not None:
+            self._spawn(self._approval_clicks.handle(click), f"approval:{click.channel_id}")
 
     # -- the work, after the acknowledgement ------------------------------------------------
 

@@ -58,6 +58,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.platforms.slack import blocks
 from bots.platforms.slack.stream import NativeStream
+from bots.platforms.slack.surface_approvals import ApprovalMessages
 from bots.platforms.slack.surface_calls import ThreadCalls
 from bots.platforms.slack.surface_final import FinalAnswer
 from bots.platforms.slack.surface_notices import NoticePoster, user_id_of
@@ -106,7 +107,7 @@ log = logging.getLogger(__name__)
 PLATFORM = "slack"
 
 
-class SlackSurface(SurfaceBase):
+class SlackSurface(ApprovalMessages, SurfaceBase):
     """Shows one run, or one steered message's notices, in a Slack thread.
 
     `message_ts` is the person's message (for the reactions); `user_id` and `team_id` are who

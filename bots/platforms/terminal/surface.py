@@ -26,6 +26,7 @@ from typing import Any, TextIO
 from bots.app import App
 from bots.budgets import utc_day_start
 from bots.incoming import Incoming
+from bots.platforms.terminal.approvals import ApprovalHooks, ReadLine, TerminalApprovals
 from bots.platforms.terminal.text import printable, usage_line
 from bots.runner import ConversationRunner
 from bots.surface.base import SurfaceBase
@@ -88,7 +89,7 @@ def _one_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-class TerminalSurface(SurfaceBase):
+class TerminalSurface(ApprovalHooks, SurfaceBase):
     """Shows one conversation's runs in a terminal.
 
     `stream=True` (chat) writes the answer to `out` as it arrives; `stream=False` (ask) writes
@@ -248,12 +249,15 @@ class TerminalSurfaces:
     def __init__(self, *, err: TextIO, current_key: str) -> None:
         self._err = err
         self._current = current_key
+        self.approvals: TerminalApprovals | None = None  # chat's: a resumed run asks there
 
     def for_ref(self, conversation_key: str, ref: dict[str, Any]) -> Surface | None:
         if ref.get("platform") != PLATFORM:
             return None
         label = "" if conversation_key == self._current else conversation_key
-        return TerminalSurface(conversation_key, out=self._err, err=self._err, label=label)
+        surface = TerminalSurface(conversation_key, out=self._err, err=self._err, label=label)
+        surface.approvals = None if label else self.approvals
+        return surface
 
 
 # -- reading stdin -------------------------------------------------------------------------------
@@ -327,13 +331,17 @@ def _sigint(handler: Callable[[], None]) -> Iterator[None]:
 # -- ask -----------------------------------------------------------------------------------------
 
 
-async def run_ask(app: App, name: str, prompt: str, *, out: TextIO, err: TextIO) -> int:
-    """One message, answered: 0 on success, 1 if the run failed, 130 if it was interrupted."""
+async def run_ask(
+    app: App, name: str, prompt: str, *, out: TextIO, err: TextIO, read_line: ReadLine = None
+) -> int:
+    """One message, answered: 0 on success, 1 if the run failed, 130 if it was interrupted.
+    `read_line` reads an approval's answer from the terminal (None: there is none: denied)."""
     key = conversation_key(name)
     author = local_author()
     runner = app.runner
     await runner.recover()
     surface = TerminalSurface(key, out=out, err=err, stream=False)
+    surface.approvals = TerminalApprovals(runner.approvals, key, author, err, read_line)
 
     def interrupt() -> None:
         runner.stop(key, by=author)  # this run and anything queued behind it
@@ -365,6 +373,7 @@ class _Chat:
     out: TextIO
     err: TextIO
     interactive: bool
+    approvals: TerminalApprovals | None = None  # the y/n questions a run asks
 
     @property
     def key(self) -> str:
@@ -396,6 +405,8 @@ class _Chat:
             self.prompt()
 
     async def send(self, text: str) -> None:
+        if self.approvals is not None and await self.approvals.answer(text):
+            return  # the answer to an open approval question, not a message
         surface = TerminalSurface(
             self.key,
             out=self.out,
@@ -403,6 +414,7 @@ class _Chat:
             stream=True,
             on_close=self.idle,
         )
+        surface.approvals = self.approvals
         # A line typed while Teammate works is acknowledged on its own surface (a notice).
         await self.runner.submit(terminal_incoming(self.name, self.author, text), surface)
 
@@ -459,9 +471,11 @@ async def run_chat(
     err: TextIO,
     interactive: bool,
     model_id: str,
+    approvals: TerminalApprovals | None = None,
 ) -> int:
-    """The interactive conversation. Returns the exit status (0)."""
-    chat = _Chat(app, name, local_author(), out, err, interactive)
+    """The interactive conversation. Returns the exit status (0). `approvals`: where its
+    runs' approval questions are asked and answered (None: nothing is asked here)."""
+    chat = _Chat(app, name, local_author(), out, err, interactive, approvals)
     await app.runner.recover()
     chat.say(f"Teammate · {model_id} · conversation {name!r} · /help for commands, /exit to quit")
     lines.start()
