@@ -51,13 +51,26 @@ from storage.records import (
     UsageSummary,
     Vote,
 )
+from storage.trace_records import (
+    ConversationFilter,
+    ConversationSummary,
+    FeedbackItem,
+    FeedbackReview,
+    SearchHit,
+    TraceEvent,
+    TraceKind,
+)
 
 __all__ = [
     "Accepted",
     "Compaction",
     "Conversation",
+    "ConversationFilter",
     "ConversationStore",
+    "ConversationSummary",
     "DatabaseDamaged",
+    "FeedbackItem",
+    "FeedbackReview",
     "FeedbackTally",
     "Fence",
     "FencedOut",
@@ -73,12 +86,15 @@ __all__ = [
     "RunOutcome",
     "RunRecord",
     "Schedule",
+    "SearchHit",
     "ScheduleState",
     "SchemaError",
     "SingleProcess",
     "StopRequest",
     "StoredMessage",
     "TooManySchedules",
+    "TraceEvent",
+    "TraceKind",
     "UsageSummary",
     "Vote",
     "coordination_of",
@@ -377,6 +393,44 @@ class ConversationStore(Protocol):
     async def settle_schedule_run(self, schedule_id: int, *, due_at: float) -> bool:
         """The run due at `due_at` was handed to the runner (or given up): no longer pending.
         False if that run was not pending (settled already, or replaced by a later one)."""
+        ...
+
+    # run traces, search and the console's reads (storage.trace_records has the bounds)
+    async def append_trace_events(self, events: Sequence[TraceEvent]) -> None:
+        """Store trace events, bounded; those of a run that no longer exists are skipped."""
+        ...
+
+    async def run_traces(self, run_ids: Sequence[int], *, limit: int = ...) -> list[TraceEvent]:
+        """The runs' trace events, by run then in the order recorded, at most `limit`."""
+        ...
+
+    async def search_messages(
+        self, query: str, *, limit: int, channel_key: str | None = None
+    ) -> list[SearchHit]:
+        """User and assistant messages holding every word of `query` (any query syntax in
+        it is searched as text, never obeyed), the newest first, bounded."""
+        ...
+
+    async def console_conversations(
+        self, wanted: ConversationFilter, *, limit: int, before: tuple[float, int] | None = None
+    ) -> list[ConversationSummary]:
+        """Conversations matching `wanted`, the most recently updated first, bounded;
+        `before` is the previous page's last `(updated_at, id)`."""
+        ...
+
+    async def conversation_runs(self, conversation_id: int, *, limit: int) -> list[RunRecord]:
+        """The conversation's runs, the newest first, bounded."""
+        ...
+
+    async def feedback_items(
+        self, *, limit: int, offset: int = 0, reviewed: bool | None = None
+    ) -> list[FeedbackItem]:
+        """Runs people voted on, those with a 👎 first, then the latest vote first."""
+        ...
+
+    async def review_feedback(self, run_id: int, *, by: str, note: str) -> None:
+        """Mark a run's feedback reviewed with a note (a later review replaces it);
+        `KeyError` for an unknown run."""
         ...
 
     async def now(self) -> float:

@@ -61,11 +61,12 @@ from storage.records import (
     UsageSummary,
     Vote,
 )
-from storage.sqlite_connections import Clock, SqliteConnections
+from storage.sqlite_connections import Clock
+from storage.sqlite_console import SqliteConsole
 from storage.sqlite_ops import Db
 
 
-class SqliteStore(SqliteConnections):
+class SqliteStore(SqliteConsole):
     """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
 
         async with SqliteStore.open("teammate.db") as store: ...
