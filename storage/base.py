@@ -15,7 +15,7 @@ Must not: import `tools` or `bots`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from core.messages import Message, Usage
@@ -31,6 +31,7 @@ from storage.coordination import (
 )
 from storage.records import (
     Accepted,
+    AuditEntry,
     Compaction,
     Conversation,
     DatabaseDamaged,
@@ -63,6 +64,7 @@ from storage.trace_records import (
 
 __all__ = [
     "Accepted",
+    "AuditEntry",
     "Compaction",
     "Conversation",
     "ConversationFilter",
@@ -86,9 +88,9 @@ __all__ = [
     "RunOutcome",
     "RunRecord",
     "Schedule",
-    "SearchHit",
     "ScheduleState",
     "SchemaError",
+    "SearchHit",
     "SingleProcess",
     "StopRequest",
     "StoredMessage",
@@ -431,6 +433,27 @@ class ConversationStore(Protocol):
     async def review_feedback(self, run_id: int, *, by: str, note: str) -> None:
         """Mark a run's feedback reviewed with a note (a later review replaces it);
         `KeyError` for an unknown run."""
+        ...
+
+    # the audit log: append-only (the tables refuse UPDATE and DELETE)
+    async def append_audit(
+        self, *, actor: str, action: str, target: str, origin: str, detail: Mapping[str, Any]
+    ) -> int:
+        """Write one entry, stamped with the database's clock; its id. Callers go through
+        `bots.features.audit.record_action`, which masks secrets and bounds sizes."""
+        ...
+
+    async def audit_entries(
+        self,
+        *,
+        limit: int,
+        before_id: int | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+    ) -> list[AuditEntry]:
+        """Entries newest first (at most `limit`, capped at 1,000), older than `before_id`
+        when given (the next page), narrowed by every filter given."""
         ...
 
     async def now(self) -> float:

@@ -39,6 +39,7 @@ from storage import postgres_runs as runs
 from storage import postgres_usage as usage_ledger
 from storage import rows
 from storage.accepted import AcceptedMessages
+from storage.audit_log import PostgresAuditLog
 from storage.base import ConversationStore, InstanceCoordination
 from storage.dsn import redact_dsn
 from storage.postgres_batch import APPEND, AppendCall
@@ -69,7 +70,7 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in ("postgresql", "postgres")
 
 
-class PostgresStore(PostgresConsole, PostgresChannelData):
+class PostgresStore(PostgresConsole, PostgresChannelData, PostgresAuditLog):
     """Persisted conversations in a PostgreSQL database, shared by any number of instances.
 
         async with PostgresStore.open("postgresql://teammate@db/teammate") as store: ...

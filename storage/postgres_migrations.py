@@ -255,11 +255,37 @@ MIGRATIONS: list[PgMigration] = [
         """,
     ),
     PgMigration(
+        # Every admin action from any surface, append-only, as SQLite's m009: the trigger
+        # refuses to change or remove an entry once written.
+        "m008_audit_log",
+        """
+        CREATE TABLE audit_log (
+            id BIGSERIAL PRIMARY KEY,
+            at DOUBLE PRECISION NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            detail JSONB NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX audit_log_actor ON audit_log (actor, id);
+        CREATE INDEX audit_log_action ON audit_log (action, id);
+        CREATE INDEX audit_log_target ON audit_log (target, id);
+        CREATE FUNCTION audit_log_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION 'the audit log is append-only';
+        END;
+        $$;
+        CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON audit_log
+            FOR EACH STATEMENT EXECUTE FUNCTION audit_log_append_only();
+        """,
+    ),
+    PgMigration(
         # Run traces (docs/architecture.md, "Run traces"): each step of a run, recorded as it
         # goes by the trace recorder, bounded per event. Feedback reviews: a 👎 looked at,
         # with a note. Full-text search over messages: a generated tsvector of a user or
         # assistant message's text (its string content, or its text parts) with a GIN index.
-        "m008_traces_search",
+        "m009_traces_search",
         """
         CREATE TABLE run_trace (
             id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

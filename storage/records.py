@@ -1,8 +1,8 @@
 """The records the store's contract returns, and the errors it raises.
 
 Owns: the frozen dataclasses `ConversationStore` methods hand back (conversations, messages,
-compactions, runs, inbox items, usage and feedback tallies, a channel's memory notes and
-schedules), their literal types, a lease's `Fence` (the token a run's writes carry), and the
+compactions, runs, inbox items, audit entries, usage and feedback tallies, a channel's memory notes
+and schedules), their literal types, a lease's `Fence` (the token a run's writes carry), and the
 storage errors (`SchemaError`, `DatabaseDamaged`, `MemoryFull`, `TooManySchedules`,
 `FencedOut`). Records carry `core` messages, never rows; `storage.rows`
 makes them from rows. `storage.base` re-exports every name, so callers import them from there.
@@ -81,6 +81,19 @@ class RunRecord:
     error: str | None
     surface_ref: dict[str, Any]  # where the run was shown (so a restart can report there)
     owner: dict[str, Any] = field(default_factory=dict)  # which process runs it (see runner)
+
+
+@dataclass(slots=True, frozen=True)
+class AuditEntry:
+    """One line of the append-only audit log: who did what to what, when, from where."""
+
+    id: int
+    at: float  # the database's clock, epoch seconds
+    actor: str  # "slack:U0123", "discord:123", "terminal:ann", "system"
+    action: str  # "config.set", "memory.clear", "run.stop", "console.sign_in", …
+    target: str  # a channel key, conversation key or run id
+    origin: str  # "slack", "discord", "terminal", "console 10.0.0.7"
+    detail: dict[str, Any]
 
 
 @dataclass(slots=True, frozen=True)

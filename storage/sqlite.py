@@ -44,6 +44,7 @@ from storage import sqlite_runs as runs
 from storage import sqlite_schedules as scheduling
 from storage import sqlite_usage as usage_ledger
 from storage.accepted import AcceptedMessages
+from storage.audit_log import SqliteAuditLog
 from storage.base import ConversationStore
 from storage.records import (
     Accepted,
@@ -66,7 +67,7 @@ from storage.sqlite_console import SqliteConsole
 from storage.sqlite_ops import Db
 
 
-class SqliteStore(SqliteConsole):
+class SqliteStore(SqliteConsole, SqliteAuditLog):
     """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
 
         async with SqliteStore.open("teammate.db") as store: ...

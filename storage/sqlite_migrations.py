@@ -430,6 +430,33 @@ def m008_schedule_pending_runs(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m009_audit_log(db: sqlite3.Connection) -> None:
+    # Every admin action from any surface, append-only: the triggers refuse to change or
+    # remove an entry once written (docs/architecture.md, "The audit log").
+    _run(
+        db,
+        """
+        CREATE TABLE audit_log (
+            id INTEGER PRIMARY KEY,
+            at REAL NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            detail TEXT NOT NULL DEFAULT '{}'
+        )
+        """,
+        "CREATE INDEX audit_log_actor ON audit_log(actor, id)",
+        "CREATE INDEX audit_log_action ON audit_log(action, id)",
+        "CREATE INDEX audit_log_target ON audit_log(target, id)",
+        "CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
+        "CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log "
+        "BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
+    )
+
+
 # The text of a user or assistant message's JSON body (a string, or its text parts joined):
 # what full-text search indexes. `{body}` is the column, as `new.body` in a trigger.
 _MESSAGE_TEXT = (
@@ -441,7 +468,7 @@ _MESSAGE_TEXT = (
 
 
 @migration
-def m009_traces_search(db: sqlite3.Connection) -> None:
+def m010_traces_search(db: sqlite3.Connection) -> None:
     # Run traces (docs/architecture.md, "Run traces"): each step of a run, recorded as it goes
     # by the trace recorder, bounded per event. Feedback reviews: a 👎 looked at, with a note.
     # Full-text search over messages: a contentless FTS5 index kept in step by a trigger

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
+from bots.features.audit import actor_of, origin_of
 from bots.runner import STALE_STOP_TEXT, ConversationRunner
 from core.messages import Author
 
@@ -66,6 +67,15 @@ async def stop_click(runner: ConversationRunner, click: RunClick) -> Literal["st
     key = next((k for k in candidates if runner.current_run(k) == click.run_id), candidates[0])
     result = runner.stop(key, click.run_id, by=click.by)
     log.info("Stop button for run %s in %s: %s", click.run_id, key, result)
+    if result == "stopped":
+        channel_key = click.channel_keys[0] if click.channel_keys else key
+        await runner.conversations.record_action(
+            actor=actor_of(channel_key, click.by),
+            action="run.stop",
+            target=key,
+            origin=origin_of(channel_key),
+            detail={"run_id": click.run_id, "by_name": click.by.name, "button": True},
+        )
     return "stopped" if result == "stopped" else "stale"
 
 

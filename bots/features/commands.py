@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from bots.budgets import utc_day_start
+from bots.features.audit import actor_of, origin_of
 from bots.features.channel_config import ConfigChange, describe, usage_today_text
 from bots.features.memory import MemoryCommand, run_memory_command
 from bots.runner import ConversationRunner
@@ -90,10 +92,12 @@ class ChannelCommands:
         )
         return self.markup.heading("Today in this channel") + " " + usage_today_text(summary)
 
-    def stop(self, place: CommandPlace) -> str:
+    async def stop(self, place: CommandPlace) -> str:
         """Stop the conversation's answer, or, in a channel, every answer in progress there."""
         if place.conversation_key is not None:
             result = self.runner.stop(place.conversation_key, by=place.by)
+            if result == "stopped":
+                await self._audit(place, "run.stop", place.conversation_key, {"answers": 1})
             return STOPPED_TEXT if result == "stopped" else IDLE_TEXT
         stopped = 0
         for key in self.runner.running_in(place.channel_key):
@@ -101,12 +105,14 @@ class ChannelCommands:
                 stopped += 1
         if stopped == 0:
             return CHANNEL_IDLE_TEXT
+        await self._audit(place, "run.stop", place.channel_key, {"answers": stopped})
         return f"Stopped {stopped} answer{'s' if stopped != 1 else ''} in this channel."
 
     async def reset(self, place: CommandPlace) -> str:
         """Start the conversation afresh, or, in a channel, every conversation of it."""
         if place.conversation_key is not None:
             if await self.runner.reset(place.conversation_key):
+                await self._audit(place, "conversation.reset", place.conversation_key)
                 return "Starting afresh: I won't see the earlier messages here."
             return "There was nothing to forget here."
         keys = await self.runner.conversations.keys_in_channel(
@@ -118,6 +124,7 @@ class ChannelCommands:
                 reset += 1
         if reset == 0:
             return "There was nothing to forget in this channel."
+        await self._audit(place, "conversation.reset", place.channel_key, {"threads": reset})
         threads = "thread" if reset == 1 else "threads"
         return (
             f"Done: I've forgotten {reset} {threads} here; the next message in any of them "
@@ -126,13 +133,19 @@ class ChannelCommands:
 
     async def memory(self, place: CommandPlace, command: MemoryCommand) -> str:
         """List, add, forget or (admins) clear the channel's notes."""
-        return await run_memory_command(
+        changed: list[bool] = []
+        text = await run_memory_command(
             self._memory,
             place.channel_key,
             command,
             user_id=place.by.id,
             is_admin=place.is_admin,
+            changed=changed,
         )
+        if changed and command.action != "list":
+            detail = {"note": command.note_id, "text": command.text or None}
+            await self._audit(place, f"memory.{command.action}", place.channel_key, detail)
+        return text
 
     async def config(self, place: CommandPlace, change: ConfigChange | str) -> str:
         """Show the channel's configuration (an empty change) or change it; admins only. A
@@ -145,7 +158,25 @@ class ChannelCommands:
         if change.empty:
             return self.config_text(key, await self._configs.current(key))
         problem, stored = await self._configs.change(key, change, by=place.by.id)
+        if not problem:
+            asked = {
+                name: value for name, value in asdict(change).items() if value not in (None, False)
+            }
+            now = asdict(describe(self.settings, key, stored))
+            await self._audit(place, "config.set", key, {"change": asked, "now": now})
         return problem or SAVED_TEXT + "\n" + self.config_text(key, stored)
+
+    async def _audit(
+        self, place: CommandPlace, action: str, target: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        await self.runner.conversations.record_action(
+            actor=actor_of(place.channel_key, place.by),
+            action=action,
+            target=target,
+            origin=origin_of(place.channel_key),
+            detail={"by_name": place.by.name, **(detail or {})},
+            secrets=self.settings.secrets(),
+        )
 
     def config_text(self, channel_key: str, stored: ChannelConfig) -> str:
         view = describe(self.settings, channel_key, stored)

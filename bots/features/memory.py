@@ -257,8 +257,11 @@ async def run_memory_command(
     *,
     user_id: str,
     is_admin: bool,
+    changed: list[bool] | None = None,
 ) -> str:
-    """Do what `command` asks in `channel_key`; the answer for the person, as plain text."""
+    """Do what `command` asks in `channel_key`; the answer for the person, as plain text.
+    `changed` (when given) gains an entry when the memory was changed (for the audit log)."""
+    done = changed if changed is not None else []
     if not memory.settings.enabled:
         return "Channel memory is turned off (`[memory] enabled`)."
     if command.action == "add":
@@ -266,10 +269,12 @@ async def run_memory_command(
             note = await memory.add(channel_key, command.text, by=user_id)
         except NoteRefused as refused:
             return str(refused)
+        done.append(True)
         return f"Remembered as #{note.id}: {note.text}"
     if command.action == "forget":
         assert command.note_id is not None
         if await memory.forget(channel_key, command.note_id):
+            done.append(True)
             return f"Forgot note #{command.note_id}."
         return f"This channel's memory has no note #{command.note_id}."
     if command.action == "clear":
@@ -277,5 +282,6 @@ async def run_memory_command(
             return CLEAR_ADMIN_TEXT
         cleared = await memory.clear(channel_key)
         log.info("memory of %s cleared by %s (%d notes)", channel_key, user_id, cleared)
+        done.append(True)
         return f"Cleared this channel's memory ({cleared} note{'s' if cleared != 1 else ''})."
     return await memory.listing(channel_key)

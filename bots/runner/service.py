@@ -3,8 +3,9 @@
 Owns: `ConversationService` (`runner.conversations`), the few reads and writes Slack and
 Discord make besides submitting and stopping: whether a conversation is known, a channel's
 conversations to reset, claiming a delivery that stores no message (a stop, a refusal), a
-day's usage, a vote on a run, and each adapter's own channel configuration and memory helpers.
-Each is one store call, unchanged; this is the whole of what adapters reach.
+day's usage, a vote on a run, an entry in the audit log, and each adapter's own channel
+configuration and memory helpers. Each is one store call, unchanged; this is the whole of what
+adapters reach.
 
 Must not: grow into the store's interface (add a method only when an adapter needs it), or
 be used by the runner itself. Adapters must not reach `runner.store`
@@ -13,8 +14,10 @@ be used by the runner itself. Adapters must not reach `runner.store`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from bots.features.audit import record_action
 from bots.features.channel_config import ChannelConfigs
 from bots.features.memory import ChannelMemory
 from bots.settings import MemorySettings, Settings
@@ -73,6 +76,27 @@ class ConversationService:
             except KeyError:
                 continue
         raise KeyError(f"no run {run_id} in {', '.join(channel_keys) or 'no channel'}")
+
+    async def record_action(
+        self,
+        *,
+        actor: str,
+        action: str,
+        target: str,
+        origin: str,
+        detail: Mapping[str, Any] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> None:
+        """Write a person's action to the audit log (`bots.features.audit.record_action`)."""
+        await record_action(
+            self._store,
+            actor=actor,
+            action=action,
+            target=target,
+            origin=origin,
+            detail=detail,
+            secrets=secrets,
+        )
 
     def channel_configs(self, settings: Settings) -> ChannelConfigs:
         """A channel configuration editor for one adapter (one change at a time)."""

@@ -23,7 +23,10 @@ async def test_a_word_of_a_user_or_assistant_message_finds_it(store: Conversatio
     c = await a_conversation(store, "slack:T1:C1:1.0")
     await store.append_message(c, UserMessage(content="Where is the quarterly report?"))
     reply = AssistantMessage(
-        content=[Text(text="It is in the shared drive."), ToolCall(id="t1", name="ls", arguments={})]
+        content=[
+            Text(text="It is in the shared drive."),
+            ToolCall(id="t1", name="ls", arguments={}),
+        ]
     )
     await store.append_message(c, reply)
     (hit,) = await store.search_messages("quarterly", limit=10)
@@ -50,7 +53,7 @@ async def test_a_word_of_a_user_or_assistant_message_finds_it(store: Conversatio
         "-report",
         "   ",
         "",
-        "\"report\" AND \"drive\"",
+        '"report" AND "drive"',
         "💥" * 500,
     ],
 )
@@ -82,7 +85,7 @@ async def test_results_are_bounded_newest_first_and_narrowed_to_a_channel(
 
 async def test_an_older_database_is_indexed_when_upgraded(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    before = [m for m in MIGRATIONS if m.name < "m009"]
+    before = [m for m in MIGRATIONS if m.name < "m010"]
     async with SqliteStore.open(path, migrations=before) as store:
         c = await a_conversation(store, "slack:T1:C1:1.0")
         await store.append_message(c, UserMessage(content="an old message about penguins"))

