@@ -20,7 +20,8 @@ from typing import Any, Literal, TypeAlias
 from bots.inbox import ConversationState, Queued
 from bots.settings import Settings
 from bots.surface.contract import Notice, Surface, SurfaceFactory
-from bots.surface.feed import FeedTap, SurfaceFeed
+from bots.surface.feed import SurfaceFeed
+from bots.traces.recorder import TraceRecorder
 from bots.workspaces import Workspaces
 from storage.base import ConversationStore, Fence, InstanceCoordination
 
@@ -45,7 +46,7 @@ class Shared:
         settings: Settings,
         instances: InstanceCoordination,
         surfaces: SurfaceFactory | None,
-        tap: FeedTap | None = None,
+        traces: TraceRecorder | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -58,12 +59,12 @@ class Shared:
         self.closing = False
         self.background: set[asyncio.Task[None]] = set()
         self._surfaces = surfaces
-        self._tap = tap  # sees every feed's events: the run traces (bots.traces)
+        self.traces = traces  # sees every feed's events: the run traces (bots.traces)
         self._fences: dict[int, Fence] = {}  # by run, while its feed shows it
 
     def feed(self, key: str, surface: Surface, *, run_id: int | None = None) -> SurfaceFeed:
         feed = SurfaceFeed(
-            surface, on_ref_change=self._ref_changed, name=key, run_id=run_id, tap=self._tap
+            surface, on_ref_change=self._ref_changed, name=key, run_id=run_id, tap=self.traces
         )
         feeds = self.feeds.setdefault(key, set())
         feeds.add(feed)
