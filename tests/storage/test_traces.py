@@ -35,7 +35,7 @@ async def test_trace_events_come_back_by_run_in_the_order_recorded(
         ("model_call", 1, 812.5),
         ("tool_call", 2, 40.0),
     ]
-    assert found[0].data == {"input": 12, "stop_reason": "x"}
+    assert found[0].data == {"input": 12, "stop_reason": "tool_use"}
     assert [e.run_id for e in await store.run_traces([first, second])] == [first, first, second]
     assert len(await store.run_traces([first, second], limit=1)) == 1
     assert await store.run_traces([]) == []
