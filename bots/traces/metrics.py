@@ -28,6 +28,7 @@ __all__ = ["MAX_TOOL_LABELS", "TeammateMetrics"]
 
 MAX_TOOL_LABELS = 100
 _DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 _OUTCOMES = frozenset({"done", "error", "aborted", "interrupted"})
 
 
@@ -62,9 +63,9 @@ class TeammateMetrics:
             "teammate_inbox_depth", "Messages accepted and waiting for a run, on this instance.",
             registry=r,
         )  # fmt: skip
-        self._lag = Gauge(
-            "teammate_event_loop_lag_seconds", "How late the event loop last woke a sleeper.",
-            registry=r,
+        self._lag = Histogram(
+            "teammate_event_loop_lag_seconds", "How late the event loop woke a sleeper.",
+            buckets=_LAG_BUCKETS, registry=r,
         )  # fmt: skip
         self._tool_names: set[str] = set()
 
@@ -104,7 +105,7 @@ class TeammateMetrics:
         while True:
             asked = time.monotonic()
             await asyncio.sleep(every_s)
-            self._lag.set(max(0.0, time.monotonic() - asked - every_s))
+            self._lag.observe(max(0.0, time.monotonic() - asked - every_s))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
