@@ -413,6 +413,12 @@ class ConversationStore(Protocol):
         it is searched as text, never obeyed), the newest first, bounded."""
         ...
 
+    async def catch_up_search(self, *, limit: int = ...) -> int:
+        """Index for search the messages appended since the last call, in one go per
+        `limit` (SQLite: they are not indexed one by one as they are appended; a search
+        catches up first. PostgreSQL indexes each as it is written: 0)."""
+        ...
+
     async def console_conversations(
         self, wanted: ConversationFilter, *, limit: int, before: tuple[float, int] | None = None
     ) -> list[ConversationSummary]:

@@ -265,27 +265,22 @@ def search_hit(row: Sequence[Any]) -> SearchHit:
     )
 
 
+CATCH_UP_LIMIT = 5_000  # messages indexed per transaction (SQLite)
 MAX_TRACE_READ = 5_000  # events read back at most per call (a page shows a few runs)
 MAX_NOTE_CHARS = 2_000  # a review's note
 MAX_OFFSET = 10_000
 
 
-def checked_trace(event: TraceEvent) -> TraceEvent:
-    """`event` as a backend stores it: a known kind, and data within the bound (else only
-    a note of its size is kept: the recorder truncates first, so this is a last guard)."""
+def checked_trace(event: TraceEvent) -> tuple[Any, ...]:
+    """`event` as a backend stores it: `(run_id, seq, kind, at, duration_ms, data JSON)`, of a
+    known kind and with data within the bound (else only a note of its size is kept: the
+    recorder bounds first, so this is a last guard)."""
     if event.kind not in TRACE_KINDS:
         raise ValueError(f"not a trace kind: {str(event.kind)[:40]!r}")
-    size = len(json.dumps(event.data, ensure_ascii=False, separators=(",", ":")))
-    if size <= MAX_TRACE_DATA_BYTES:
-        return event
-    return TraceEvent(
-        run_id=event.run_id,
-        kind=event.kind,
-        at=event.at,
-        duration_ms=event.duration_ms,
-        data={"omitted": f"{size} bytes, over the bound"},
-        seq=event.seq,
-    )
+    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+    if len(data) > MAX_TRACE_DATA_BYTES:
+        data = json.dumps({"omitted": f"{len(data)} bytes, over the bound"})
+    return (event.run_id, event.seq, event.kind, event.at, event.duration_ms, data)
 
 
 def checked_review(note: str, by: str) -> tuple[str, str]:

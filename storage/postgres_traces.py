@@ -10,8 +10,8 @@ Must not: open connections or transactions; import `tools` or `bots`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 
@@ -37,18 +37,11 @@ _APPEND = """
 """
 
 
-async def append(connection: asyncpg.Connection, events: Sequence[TraceEvent]) -> None:
-    if not events:
+async def append(connection: asyncpg.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """`rows` as `console_queries.checked_trace` makes them."""
+    if not rows:
         return
-    await connection.execute(
-        _APPEND,
-        [e.run_id for e in events],
-        [e.seq for e in events],
-        [e.kind for e in events],
-        [e.at for e in events],
-        [e.duration_ms for e in events],
-        [json.dumps(e.data, ensure_ascii=False, separators=(",", ":")) for e in events],
-    )
+    await connection.execute(_APPEND, *(list(column) for column in zip(*rows, strict=True)))
 
 
 async def traces(

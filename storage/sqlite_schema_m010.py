@@ -1,7 +1,7 @@
 """The SQL of SQLite migration m010 (`sqlite_migrations.m010_traces_search`), kept apart so
 the migrations' module stays small: run traces, feedback reviews, the console's indexes, and
-full-text search over messages (a contentless FTS5 index kept in step by a trigger, since
-messages are append-only, and existing messages indexed as the migration runs).
+full-text search over messages (a contentless FTS5 index, messages are append-only: existing
+ones indexed as the migration runs, later ones in batches by `sqlite_traces.CATCH_UP`).
 
 Must not: be edited once released (it is part of a released migration); import anything.
 """
@@ -43,17 +43,14 @@ TRACES_SEARCH: tuple[str, ...] = (
     "CREATE INDEX runs_user ON runs(user_id, started_at)",
     "CREATE VIRTUAL TABLE messages_fts USING fts5("
     "text, content='', tokenize='unicode61 remove_diacritics 2')",
-    f"""
-    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages
-    WHEN new.role IN ('user', 'assistant')
-    BEGIN
-        INSERT INTO messages_fts (rowid, text)
-        VALUES (new.id, COALESCE({_MESSAGE_TEXT.format(body="new.body")}, ''));
-    END
-    """,
+    # Where indexing has reached: `sqlite_traces.CATCH_UP` indexes what was appended since,
+    # in batches (one FTS5 transaction per message would cost every answer a segment write).
+    "CREATE TABLE search_progress ("
+    "id INTEGER PRIMARY KEY CHECK (id = 1), last_id INTEGER NOT NULL)",
     f"""
     INSERT INTO messages_fts (rowid, text)
     SELECT id, COALESCE({_MESSAGE_TEXT.format(body="body")}, '') FROM messages
     WHERE role IN ('user', 'assistant')
     """,
+    "INSERT INTO search_progress (id, last_id) SELECT 1, COALESCE(MAX(id), 0) FROM messages",
 )

@@ -3,15 +3,16 @@
 Owns: the call behind `append_trace_events` (one `executemany` for a whole batch, as an `Op`
 the store's batcher runs), the reads behind `run_traces`, `search_messages`,
 `console_conversations`, `conversation_runs` and `feedback_items`, and the review behind
-`review_feedback`. Search runs on the FTS5 index `messages_fts` (migration m009), which a
-trigger keeps in step with `messages`.
+`review_feedback`, and `CATCH_UP` behind `catch_up_search`. Search runs on the contentless
+FTS5 index `messages_fts` (migration m010): messages appended since the last catch-up are
+indexed in one transaction, not each as it is appended (FTS5 writes a segment per
+transaction: one per message cost every answer about a tenth of a millisecond).
 
 Must not: open connections or transactions; import `tools` or `bots`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from storage import console_queries as queries
 from storage import rows
 from storage.batching import Op
 from storage.records import RunRecord
-from storage.sqlite_ops import Db, fetchall, json_list
+from storage.sqlite_ops import Db, fetchall, fetchone, json_list
 from storage.sqlite_runs import RUN_FIELDS
 from storage.trace_records import (
     ConversationFilter,
@@ -29,15 +30,40 @@ from storage.trace_records import (
     TraceEvent,
 )
 
+# The text of a user or assistant message's JSON body: a string, or its text parts joined.
+_MESSAGE_TEXT = (
+    "CASE json_type(body, '$.content') WHEN 'text' THEN json_extract(body, '$.content') "
+    "ELSE (SELECT group_concat(json_extract(part.value, '$.text'), ' ') "
+    "FROM json_each(body, '$.content') AS part "
+    "WHERE json_extract(part.value, '$.type') = 'text') END"
+)
+
+
+async def _catch_up(db: Db, limit: int) -> int:
+    """Index the next `limit` messages appended since the last catch-up; how many."""
+    (last,) = await fetchone(db, "SELECT last_id FROM search_progress WHERE id = 1")
+    (top,) = await fetchone(
+        db,
+        "SELECT MAX(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)",
+        (last, limit),
+    )
+    if top is None:
+        return 0
+    await db.execute(
+        f"INSERT INTO messages_fts (rowid, text) SELECT id, COALESCE({_MESSAGE_TEXT}, '') "
+        "FROM messages WHERE id > ? AND id <= ? AND role IN ('user', 'assistant')",
+        (last, top),
+    )
+    await db.execute("UPDATE search_progress SET last_id = ? WHERE id = 1", (top,))
+    return int(top) - int(last)
+
+
+CATCH_UP: Op[Db, int, int] = Op("catch_up_search", one=_catch_up)
+
 TRACE_INSERT = (
     "INSERT INTO run_trace (run_id, seq, kind, at, duration_ms, data) "
     "SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM runs WHERE id = ?1)"
 )
-
-
-def trace_row(event: TraceEvent) -> tuple[Any, ...]:
-    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
-    return (event.run_id, event.seq, event.kind, event.at, event.duration_ms, data)
 
 
 async def _append_many(db: Db, batches: list[list[tuple[Any, ...]]]) -> list[None]:

@@ -16,7 +16,8 @@ results (`tool_execution_update`) are snapshots, each superseding the last: at m
 tool call waits, the newest (a chatty command behind a slow surface no longer grows the queue).
 The other events are few per run (bounded by the turn cap and the tools per turn).
 
-A `FeedTap` (the trace recorder: `bots.traces`) sees every event as it is put, and hears when
+A `FeedTap` (the trace recorder: `bots.traces`) sees each event as it is put (but those it
+has no use for: a reply's deltas and a tool's partial results, starts and turn ends), and hears when
 the surface first showed something of a run and when it showed the run's end; it must not
 block or raise (a failure is logged and the surface goes on).
 """
@@ -31,7 +32,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from bots.surface.contract import Checkpointed, RunFinished, RunStarted, Surface, SurfaceEvent
-from core.events import MessageUpdate, ToolExecutionStart, ToolExecutionUpdate
+from core.events import (
+    AgentStart,
+    MessageStart,
+    MessageUpdate,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+    TurnEnd,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +49,8 @@ RefChanged = Callable[[int, dict[str, Any]], Awaitable[object]]
 ShownMoment = Literal["first_post", "answer"]
 # Shown, these count as the run's first visible post even if the surface's ref never moves.
 _VISIBLE = (MessageUpdate, ToolExecutionStart, RunFinished)
+# The many deltas of a reply: a tap never sees them (a trace keeps the reply, not its stream).
+_UNTAPPED = (MessageUpdate, ToolExecutionUpdate, AgentStart, MessageStart, TurnEnd)
 
 
 class FeedTap(Protocol):
@@ -105,7 +115,7 @@ class SurfaceFeed:
         if self._closing:
             log.warning("event %s for a closed surface dropped", event.type)
             return
-        if self._tap is not None:
+        if self._tap is not None and not isinstance(event, _UNTAPPED):
             if isinstance(event, RunStarted):
                 self._put_run_id = event.run_id
             self._tell(lambda tap: tap.put(self._put_run_id, event))
@@ -167,7 +177,7 @@ class SurfaceFeed:
                 finally:
                     self._showing = False
                 moved = self._ref_moved()
-                if self._tap is not None:
+                if self._tap is not None and (not self._posted or isinstance(event, RunFinished)):
                     self._note_shown(event, moved)
                 if moved and not self._abandoned:
                     await self._record_ref()

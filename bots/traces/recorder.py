@@ -5,10 +5,11 @@ events it is given (the same ones a surface shows) and of the moments its surfac
 run's first post and its end; plus `stopped` (who stopped a run: the runner's `stop`) and
 `compacted` (a run's compaction). Each becomes a `storage.base.TraceEvent` shaped by
 `bots.traces.shaping` (secrets masked, sizes bounded) and waits in a bounded queue that a
-background task writes in batches (`store.append_trace_events`). A full queue drops events
-with a counted warning: recording never blocks or slows an answer, and a store that fails
-costs the trace, never the run. The process's metrics (`bots.traces.metrics`) are counted
-from the same events.
+background task writes in batches (`store.append_trace_events`); the same task lets search
+catch up with the messages runs appended (`store.catch_up_search`, every two seconds at most). A
+full queue drops events with a counted warning: recording never blocks or slows an answer,
+and a store that fails costs the trace, never the run. The process's metrics
+(`bots.traces.metrics`) are counted from the same events.
 
 Timings: a model call is timed from its turn's start to its reply's end as handed to the
 surface (that includes storing the reply: about a millisecond); a tool call by the loop's own
@@ -46,8 +47,9 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING = 20_000  # events waiting to be written; more are dropped and counted
 MAX_RUNS = 10_000  # runs whose state is kept (their start, calls in flight)
-BATCH = 500  # events per write
+BATCH = 100  # events per write: short, so a run's own writes never wait long behind one
 MAX_TOOLS_IN_FLIGHT = 256  # per run
+INDEX_BATCH = 500  # messages indexed for search per transaction, in the background
 
 
 @dataclass(slots=True)
@@ -78,7 +80,8 @@ class TraceRecorder:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         max_pending: int = MAX_PENDING,
-        flush_delay_s: float = 0.05,
+        flush_delay_s: float = 1.0,
+        index_every_s: float = 2.0,
     ) -> None:
         self.metrics = metrics
         self.dropped = 0  # events dropped because the queue was full or a write failed
@@ -88,6 +91,8 @@ class TraceRecorder:
         self._monotonic = monotonic
         self._max_pending = max_pending
         self._flush_delay_s = flush_delay_s
+        self._index_every_s = index_every_s
+        self._indexed_at = monotonic()
         self._pending: deque[TraceEvent] = deque()
         self._runs: OrderedDict[int, _RunTrace] = OrderedDict()
         self._wake = asyncio.Event()
@@ -198,10 +203,22 @@ class TraceRecorder:
                     await self._store.append_trace_events(batch)
                 except Exception as exc:
                     self._lose(len(batch), f"the store refused them ({type(exc).__name__})")
+            await self._index_search()
             if not self._wake.is_set():
                 self._idle.set()
             if self._closed:
                 return
+
+    async def _index_search(self) -> None:
+        """Let search catch up with the messages runs appended (SQLite indexes them in
+        batches, off the answer's path): at most once every `index_every_s`."""
+        if not self._closed and self._monotonic() - self._indexed_at < self._index_every_s:
+            return
+        self._indexed_at = self._monotonic()
+        try:
+            await self._store.catch_up_search(limit=INDEX_BATCH)
+        except Exception:
+            log.exception("could not index new messages for search")
 
     # --- helpers ---------------------------------------------------------------------------
 

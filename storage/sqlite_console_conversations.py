@@ -25,13 +25,13 @@ from storage.trace_records import (
 )
 
 
-class SqliteConsole(SqliteConnections):
+class SqliteConsoleConversations(SqliteConnections):
     """Traces, search and the console's reads (`SqliteStore`'s base)."""
 
     async def append_trace_events(self, events: Sequence[TraceEvent]) -> None:
         """Store trace events (bounded: see `storage.trace_records`); events of a run that
         no longer exists are skipped."""
-        batch = [traces.trace_row(queries.checked_trace(e)) for e in events]
+        batch = [queries.checked_trace(e) for e in events]
         if batch:
             await self._write(traces.APPEND_TRACE, batch)
 
@@ -53,7 +53,17 @@ class SqliteConsole(SqliteConnections):
         if not terms:
             return []
         bound = queries.bounded(limit)
+        await self.catch_up_search()
         return await self._read(lambda db: traces.search(db, terms, channel_key, bound))
+
+    async def catch_up_search(self, *, limit: int = queries.CATCH_UP_LIMIT) -> int:
+        """Index messages appended since the last call (at most `limit`); how many."""
+        total = 0
+        while True:
+            done = await self._write(traces.CATCH_UP, max(1, limit))
+            total += done
+            if done < limit:
+                return total
 
     async def console_conversations(
         self,
@@ -63,6 +73,8 @@ class SqliteConsole(SqliteConnections):
         before: tuple[float, int] | None = None,
     ) -> list[ConversationSummary]:
         """Conversations matching `wanted`, the most recently updated first (bounded)."""
+        if wanted.search:
+            await self.catch_up_search()
         return await self._read(lambda db: traces.conversations(db, wanted, limit, before))
 
     async def conversation_runs(self, conversation_id: int, *, limit: int) -> list[RunRecord]:

@@ -24,7 +24,7 @@ from storage.trace_records import (
 )
 
 
-class PostgresConsole(PostgresConnections):
+class PostgresConsoleConversations(PostgresConnections):
     """Traces, search and the console's reads (a base of `PostgresStore`)."""
 
     async def append_trace_events(self, events: Sequence[TraceEvent]) -> None:
@@ -55,6 +55,11 @@ class PostgresConsole(PostgresConnections):
         return await self._call(
             lambda connection: traces.search(connection, terms, channel_key, bound)
         )
+
+    async def catch_up_search(self, *, limit: int = queries.CATCH_UP_LIMIT) -> int:
+        """Nothing to do: the `search` column is generated as each message is written."""
+        del limit
+        return 0
 
     async def console_conversations(
         self,
