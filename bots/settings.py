@@ -37,6 +37,7 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as EnvSourceError
 
 from bots.config_file import ConfigFileError, read_config
+from bots.console.settings import ConsoleSettings
 from bots.settings_check import (
     describe,
     named_by_configuration,
@@ -248,6 +249,10 @@ _ENV_ALIASES: dict[str, str] = {
     "discord_bot_token": "DISCORD_BOT_TOKEN",
     "discord_api_url": "DISCORD_API_URL",
     "discord_gateway_url": "DISCORD_GATEWAY_URL",
+    "slack_client_id": "SLACK_CLIENT_ID",  # the console's sign-in (bots.console)
+    "slack_client_secret": "SLACK_CLIENT_SECRET",
+    "discord_client_id": "DISCORD_CLIENT_ID",
+    "discord_client_secret": "DISCORD_CLIENT_SECRET",
 }
 
 
@@ -297,6 +302,7 @@ class Settings(BaseSettings):
     slack: SlackSettings = Field(default_factory=SlackSettings)
     discord: DiscordSettings = Field(default_factory=DiscordSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)  # MCP tool servers (tools.mcp)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)  # the web console
     # Who may use Teammate: platform user ids, and channel keys (or a whole platform, "slack").
     allowed_users: list[str] = Field(default_factory=list)  # empty: everyone
     allowed_channels: list[str] = Field(default_factory=list)  # empty: every channel
@@ -323,6 +329,16 @@ class Settings(BaseSettings):
     discord_api_url: str | None = Field(default=None, validation_alias=_alias("discord_api_url"))
     discord_gateway_url: str | None = Field(
         default=None, validation_alias=_alias("discord_gateway_url")
+    )
+    slack_client_id: str | None = Field(default=None, validation_alias=_alias("slack_client_id"))
+    slack_client_secret: SecretStr | None = Field(
+        default=None, validation_alias=_alias("slack_client_secret")
+    )
+    discord_client_id: str | None = Field(
+        default=None, validation_alias=_alias("discord_client_id")
+    )
+    discord_client_secret: SecretStr | None = Field(
+        default=None, validation_alias=_alias("discord_client_secret")
     )
 
     @classmethod
@@ -381,6 +397,9 @@ class Settings(BaseSettings):
             for v in values
             if isinstance(v, SecretStr) and v.get_secret_value()
         ]
+        console_secret = self.console.session_secret
+        if console_secret is not None and console_secret.get_secret_value():
+            found.append(console_secret.get_secret_value())
         found.extend(self.mcp.secret_values())  # what `[mcp.servers]` env/headers name
         url = self.database_url.get_secret_value() if self.database_url is not None else None
         return [*found, *dsn_secrets(url)]  # every form libpq takes: storage.dsn

@@ -19,6 +19,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from core.messages import Message, Usage
+from storage.console_records import (
+    ChannelActivity,
+    ConsoleHealth,
+    ConsoleOverview,
+    DayCost,
+    LeaseHolder,
+    RecentError,
+    RunningRun,
+)
 from storage.coordination import (
     InstanceCoordination,
     LeaseLost,
@@ -52,6 +61,7 @@ from storage.records import (
     UsageSummary,
     Vote,
 )
+from storage.trace_contract import TraceStore
 from storage.trace_records import (
     ConversationFilter,
     ConversationSummary,
@@ -65,12 +75,16 @@ from storage.trace_records import (
 __all__ = [
     "Accepted",
     "AuditEntry",
+    "ChannelActivity",
     "Compaction",
+    "ConsoleHealth",
+    "ConsoleOverview",
     "Conversation",
     "ConversationFilter",
     "ConversationStore",
     "ConversationSummary",
     "DatabaseDamaged",
+    "DayCost",
     "FeedbackItem",
     "FeedbackReview",
     "FeedbackTally",
@@ -78,15 +92,18 @@ __all__ = [
     "FencedOut",
     "InboxItem",
     "InstanceCoordination",
+    "LeaseHolder",
     "LeaseLost",
     "LoadedConversation",
     "MemoryFull",
     "MemoryNote",
     "NewInboxItem",
     "Notification",
+    "RecentError",
     "Resync",
     "RunOutcome",
     "RunRecord",
+    "RunningRun",
     "Schedule",
     "ScheduleState",
     "SchemaError",
@@ -103,7 +120,7 @@ __all__ = [
 ]
 
 
-class ConversationStore(Protocol):
+class ConversationStore(TraceStore, Protocol):
     """Persisted conversations. All methods commit before they return.
 
     Each method is one transaction that runs whole or not at all, even if its caller is
@@ -397,50 +414,6 @@ class ConversationStore(Protocol):
         False if that run was not pending (settled already, or replaced by a later one)."""
         ...
 
-    # run traces, search and the console's reads (storage.trace_records has the bounds)
-    async def append_trace_events(self, events: Sequence[TraceEvent]) -> None:
-        """Store trace events, bounded; those of a run that no longer exists are skipped."""
-        ...
-
-    async def run_traces(self, run_ids: Sequence[int], *, limit: int = ...) -> list[TraceEvent]:
-        """The runs' trace events, by run then in the order recorded, at most `limit`."""
-        ...
-
-    async def search_messages(
-        self, query: str, *, limit: int, channel_key: str | None = None
-    ) -> list[SearchHit]:
-        """User and assistant messages holding every word of `query` (any query syntax in
-        it is searched as text, never obeyed), the newest first, bounded."""
-        ...
-
-    async def catch_up_search(self, *, limit: int = ...) -> int:
-        """Index for search the messages appended since the last call, in one go per
-        `limit` (SQLite: they are not indexed one by one as they are appended; a search
-        catches up first. PostgreSQL indexes each as it is written: 0)."""
-        ...
-
-    async def console_conversations(
-        self, wanted: ConversationFilter, *, limit: int, before: tuple[float, int] | None = None
-    ) -> list[ConversationSummary]:
-        """Conversations matching `wanted`, the most recently updated first, bounded;
-        `before` is the previous page's last `(updated_at, id)`."""
-        ...
-
-    async def conversation_runs(self, conversation_id: int, *, limit: int) -> list[RunRecord]:
-        """The conversation's runs, the newest first, bounded."""
-        ...
-
-    async def feedback_items(
-        self, *, limit: int, offset: int = 0, reviewed: bool | None = None
-    ) -> list[FeedbackItem]:
-        """Runs people voted on, those with a 👎 first, then the latest vote first."""
-        ...
-
-    async def review_feedback(self, run_id: int, *, by: str, note: str) -> None:
-        """Mark a run's feedback reviewed with a note (a later review replaces it);
-        `KeyError` for an unknown run."""
-        ...
-
     # the audit log: append-only (the tables refuse UPDATE and DELETE)
     async def append_audit(
         self, *, actor: str, action: str, target: str, origin: str, detail: Mapping[str, Any]
@@ -460,6 +433,37 @@ class ConversationStore(Protocol):
     ) -> list[AuditEntry]:
         """Entries newest first (at most `limit`, capped at 1,000), older than `before_id`
         when given (the next page), narrowed by every filter given."""
+        ...
+
+    # the console (bots.console): its session secret, one-time links, and its reads
+    async def console_secret(self, candidate: str) -> str:
+        """The console's session secret: `candidate` if none was kept yet, else the kept one
+        (every instance of a shared database signs alike)."""
+        ...
+
+    async def add_console_link(self, token_hash: str, person: str, *, expires_at: float) -> None:
+        """Keep a one-time sign-in link (by its token's hash) for `person`."""
+        ...
+
+    async def use_console_link(self, token_hash: str, *, now: float) -> str | None:
+        """The link's person, once: None if it is unknown, used or expired at `now`."""
+        ...
+
+    async def console_overview(
+        self, *, since: float, platform: str | None = None, channel_key: str | None = None
+    ) -> ConsoleOverview:
+        """Runs started, votes cast and usage charged at or after `since`, narrowed to a
+        platform (channel keys `platform:…`) and/or a channel when given."""
+        ...
+
+    async def console_channels(self, *, since: float, limit: int) -> list[ChannelActivity]:
+        """Every channel with conversations or a stored configuration (runs and cost since
+        `since`), the most recently active first, at most `limit`."""
+        ...
+
+    async def console_health(self, *, errors_limit: int) -> ConsoleHealth:
+        """The inbox's depth, runs in progress, live leases by holder, the last
+        `errors_limit` failed runs, the database's size."""
         ...
 
     async def now(self) -> float:

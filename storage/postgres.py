@@ -45,6 +45,7 @@ from storage.dsn import redact_dsn
 from storage.postgres_batch import APPEND, AppendCall
 from storage.postgres_channel_data import PostgresChannelData
 from storage.postgres_connections import Clock
+from storage.postgres_console import PostgresConsole
 from storage.postgres_console_conversations import PostgresConsoleConversations
 from storage.postgres_pool import Pool
 from storage.records import (
@@ -70,7 +71,9 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in ("postgresql", "postgres")
 
 
-class PostgresStore(PostgresConsoleConversations, PostgresChannelData, PostgresAuditLog):
+class PostgresStore(
+    PostgresConsoleConversations, PostgresChannelData, PostgresAuditLog, PostgresConsole
+):
     """Persisted conversations in a PostgreSQL database, shared by any number of instances.
 
         async with PostgresStore.open("postgresql://teammate@db/teammate") as store: ...

@@ -281,11 +281,31 @@ MIGRATIONS: list[PgMigration] = [
         """,
     ),
     PgMigration(
+        # The console, as SQLite's m010: its session secret (one for every instance), one-time
+        # sign-in links, and the indexes its overview and health pages read by.
+        "m009_console",
+        """
+        CREATE TABLE console_state (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        CREATE TABLE console_links (
+            token_hash TEXT PRIMARY KEY,
+            person TEXT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            used_at DOUBLE PRECISION
+        );
+        CREATE INDEX runs_started ON runs (started_at);
+        CREATE INDEX runs_errors ON runs (finished_at) WHERE outcome = 'error';
+        CREATE INDEX inbox_pending_all ON inbox (received_at) WHERE state = 'pending';
+        """,
+    ),
+    PgMigration(
         # Run traces (docs/architecture.md, "Run traces"): each step of a run, recorded as it
         # goes by the trace recorder, bounded per event. Feedback reviews: a 👎 looked at,
         # with a note. Full-text search over messages: a generated tsvector of a user or
         # assistant message's text (its string content, or its text parts) with a GIN index.
-        "m009_traces_search",
+        "m010_traces_search",
         """
         CREATE TABLE run_trace (
             id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

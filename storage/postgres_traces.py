@@ -2,7 +2,7 @@
 
 Owns: the calls behind `append_trace_events` (a whole batch in one statement over arrays),
 `run_traces`, `search_messages` (the generated `messages.search` tsvector and its GIN index,
-migration m008), `console_conversations`, `conversation_runs`, `feedback_items` and
+migration m010), `console_conversations`, `conversation_runs`, `feedback_items` and
 `review_feedback`, each one statement.
 
 Must not: open connections or transactions; import `tools` or `bots`.

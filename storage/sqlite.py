@@ -63,11 +63,12 @@ from storage.records import (
     Vote,
 )
 from storage.sqlite_connections import Clock
+from storage.sqlite_console import SqliteConsole
 from storage.sqlite_console_conversations import SqliteConsoleConversations
 from storage.sqlite_ops import Db
 
 
-class SqliteStore(SqliteConsoleConversations, SqliteAuditLog):
+class SqliteStore(SqliteConsoleConversations, SqliteAuditLog, SqliteConsole):
     """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
 
         async with SqliteStore.open("teammate.db") as store: ...

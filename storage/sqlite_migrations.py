@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from storage.base import DatabaseDamaged, SchemaError
-from storage.sqlite_schema_m010 import TRACES_SEARCH
+from storage.sqlite_schema_traces import TRACES_SEARCH
 
 # "Tmat" in ASCII: marks a file as a Teammate database (bytes 68-71 of the SQLite header).
 APPLICATION_ID = 0x546D6174
@@ -459,7 +459,33 @@ def m009_audit_log(db: sqlite3.Connection) -> None:
 
 
 @migration
-def m010_traces_search(db: sqlite3.Connection) -> None:
+def m010_console(db: sqlite3.Connection) -> None:
+    # The console (bots.console): its session secret, generated once and shared by whoever
+    # opens the database; one-time sign-in links (the token's hash, good once until
+    # `expires_at`); and the indexes its overview and health pages read by.
+    _run(
+        db,
+        """
+        CREATE TABLE console_state (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        ) WITHOUT ROWID
+        """,
+        """
+        CREATE TABLE console_links (
+            token_hash TEXT PRIMARY KEY,
+            person TEXT NOT NULL,
+            expires_at REAL NOT NULL,
+            used_at REAL
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX runs_started ON runs(started_at)",
+        "CREATE INDEX runs_errors ON runs(finished_at) WHERE outcome = 'error'",
+    )
+
+
+@migration
+def m011_traces_search(db: sqlite3.Connection) -> None:
     # Run traces, feedback reviews, the console's indexes and full-text search over messages
     # (docs/architecture.md, "Run traces" and "Search"): the statements are in their module.
     _run(db, *TRACES_SEARCH)

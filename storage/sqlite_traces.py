@@ -4,7 +4,7 @@ Owns: the call behind `append_trace_events` (one `executemany` for a whole batch
 the store's batcher runs), the reads behind `run_traces`, `search_messages`,
 `console_conversations`, `conversation_runs` and `feedback_items`, and the review behind
 `review_feedback`, and `CATCH_UP` behind `catch_up_search`. Search runs on the contentless
-FTS5 index `messages_fts` (migration m010): messages appended since the last catch-up are
+FTS5 index `messages_fts` (migration m011): messages appended since the last catch-up are
 indexed in one transaction, not each as it is appended (FTS5 writes a segment per
 transaction: one per message cost every answer about a tenth of a millisecond).
 

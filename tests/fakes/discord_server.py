@@ -41,6 +41,7 @@ from tests.fakes.discord_limits import (
     rate_limited_body,
     too_large,
 )
+from tests.fakes.web_signin import DiscordOAuth
 
 API_PREFIX = "/api/v10"
 _MESSAGE_WRITE = re.compile(r"/channels/(\d+)/messages(?:/\d+)?")
@@ -113,6 +114,7 @@ class FakeDiscord:
         self.bot_id = str(bot_id)
         self.application_id = str(bot_id)  # a bot's application id is its user id
         self.token = token
+        self.oauth = DiscordOAuth()  # Sign in with Discord (tests.fakes.web_signin)
         self.bot_user: dict[str, Any] = user_payload(bot_id, "teammate", bot=True)
         self.guilds: dict[str, dict[str, Any]] = {}
         self.members: dict[tuple[str, str], dict[str, Any]] = {}  # (guild, user) -> member
@@ -160,6 +162,8 @@ class FakeDiscord:
     async def start(self) -> None:
         app = web.Application(client_max_size=32 * 1024 * 1024)
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/oauth2/authorize", self.oauth.authorize)
+        app.router.add_post(API_PREFIX + "/oauth2/token", self._oauth_token)
         app.router.add_get("/attachments/{attachment_id}/{filename}", self._download)
         app.router.add_route("*", API_PREFIX + "/{path:.*}", self._rest)
         self._runner = web.AppRunner(app, handle_signals=False)
@@ -505,6 +509,13 @@ class FakeDiscord:
 
     # -- REST --------------------------------------------------------------------------------
 
+    async def _oauth_token(self, request: web.Request) -> web.StreamResponse:
+        if request.content_type != "application/x-www-form-urlencoded":
+            return _json({"error": "invalid_request"}, 400)  # Discord takes a form only
+        form = {name: str(value) for name, value in (await request.post()).items()}
+        body, status = self.oauth.token(form, request.headers)
+        return _json(body, status)
+
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["path"]
         body, files = await _read_body(request)
@@ -532,6 +543,9 @@ class FakeDiscord:
             return _json({"message": "Invalid Webhook Token", "code": 50027}, 401)
         if r.path.startswith("/webhooks/") or r.path.startswith("/interactions/"):
             return await self._interaction_route(r, webhook)
+        signed_in = self.oauth.rest(r.method, r.path, r.headers)  # a person's Bearer token
+        if signed_in is not None and not r.headers.get("authorization", "").startswith("Bot "):
+            return _json(*signed_in)
         if r.headers.get("authorization") != f"Bot {self.token}":
             return _json({"message": "401: Unauthorized", "code": 0}, 401)
         write = _MESSAGE_WRITE.fullmatch(r.path)

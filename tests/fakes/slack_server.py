@@ -46,6 +46,8 @@ from urllib.parse import parse_qsl, urlencode
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.web_signin import SlackOidc
+
 BOT_TOKEN = "xoxb-test-bot-token"
 APP_TOKEN = "xapp-test-app-token"
 TEAM_ID = "T0TEAM"
@@ -220,6 +222,7 @@ class FakeSlack:
         self._pending_acks: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._runner: web.AppRunner | None = None
         self.base_url = ""  # http://127.0.0.1:PORT/
+        self.oidc = SlackOidc()  # Sign in with Slack (tests.fakes.web_signin)
         self.add_user(bot_user_id, "teammate", is_bot=True)
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -243,6 +246,7 @@ class FakeSlack:
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/files/{file_id}/{name}", self._download)
         app.router.add_get("/socket-mode/{ticket}", self._socket_mode)
+        app.router.add_get("/openid/connect/authorize", self.oidc.authorize)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -588,6 +592,8 @@ class FakeSlack:
         self, method: str, args: dict[str, Any], headers: dict[str, str]
     ) -> tuple[dict[str, Any], dict[str, str]]:
         token = _bearer(headers, args)
+        if method.startswith("openid.connect."):  # the person's token, not the bot's
+            return self.oidc.answer(method, args, headers), {}
         if method == "apps.connections.open":
             if token != self.app_token:
                 return _error("not_authed" if token is None else "invalid_auth"), {}

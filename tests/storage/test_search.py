@@ -85,7 +85,7 @@ async def test_results_are_bounded_newest_first_and_narrowed_to_a_channel(
 
 async def test_an_older_database_is_indexed_when_upgraded(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    before = [m for m in MIGRATIONS if m.name < "m010"]
+    before = [m for m in MIGRATIONS if m.name < "m011"]
     async with SqliteStore.open(path, migrations=before) as store:
         c = await a_conversation(store, "slack:T1:C1:1.0")
         await store.append_message(c, UserMessage(content="an old message about penguins"))

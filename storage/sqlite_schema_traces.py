@@ -1,4 +1,4 @@
-"""The SQL of SQLite migration m010 (`sqlite_migrations.m010_traces_search`), kept apart so
+"""The SQL of SQLite migration `sqlite_migrations.m011_traces_search`, kept apart so
 the migrations' module stays small: run traces, feedback reviews, the console's indexes, and
 full-text search over messages (a contentless FTS5 index, messages are append-only: existing
 ones indexed as the migration runs, later ones in batches by `sqlite_traces.CATCH_UP`).
