@@ -266,6 +266,7 @@ def search_hit(row: Sequence[Any]) -> SearchHit:
 
 
 CATCH_UP_LIMIT = 5_000  # messages indexed per transaction (SQLite)
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # made once: cheaper
 MAX_TRACE_READ = 5_000  # events read back at most per call (a page shows a few runs)
 MAX_NOTE_CHARS = 2_000  # a review's note
 MAX_OFFSET = 10_000
@@ -277,7 +278,7 @@ def checked_trace(event: TraceEvent) -> tuple[Any, ...]:
     recorder bounds first, so this is a last guard)."""
     if event.kind not in TRACE_KINDS:
         raise ValueError(f"not a trace kind: {str(event.kind)[:40]!r}")
-    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+    data = _COMPACT.encode(event.data)
     if len(data) > MAX_TRACE_DATA_BYTES:
         data = json.dumps({"omitted": f"{len(data)} bytes, over the bound"})
     return (event.run_id, event.seq, event.kind, event.at, event.duration_ms, data)

@@ -318,7 +318,7 @@ MIGRATIONS: list[PgMigration] = [
         );
         CREATE INDEX run_trace_run ON run_trace (run_id, seq);
         CREATE INDEX run_trace_timing ON run_trace (kind, at)
-            WHERE kind IN ('first_post', 'answer');
+            WHERE kind = 'answer';
         CREATE TABLE feedback_reviews (
             run_id BIGINT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
             reviewed_by TEXT NOT NULL,

@@ -30,7 +30,7 @@ TRACES_SEARCH: tuple[str, ...] = (
     )
     """,
     "CREATE INDEX run_trace_run ON run_trace(run_id, seq)",
-    "CREATE INDEX run_trace_timing ON run_trace(kind, at) WHERE kind IN ('first_post', 'answer')",
+    "CREATE INDEX run_trace_timing ON run_trace(kind, at) WHERE kind = 'answer'",
     """
     CREATE TABLE feedback_reviews (
         run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,

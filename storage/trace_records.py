@@ -32,8 +32,9 @@ TraceKind: TypeAlias = Literal[
     "stop",  # someone asked the run to stop (who)
     "compaction",  # older turns summarised before a model call
     "error",  # the run failed: its reference id and what people were told
-    "first_post",  # the surface first showed something (duration: since the run started)
-    "answer",  # the surface showed the run's end (duration: since the run started)
+    # the surface showed the run's end (duration: since the run started; its data's
+    # `first_post_ms`: when the surface first showed anything of the run)
+    "answer",
     "end",  # the run's outcome as the loop ended it
 ]
 TRACE_KINDS: frozenset[str] = frozenset(TraceKind.__args__)  # type: ignore[attr-defined]
@@ -48,7 +49,7 @@ MAX_SEARCH_RESULTS = 200
 @dataclass(slots=True, frozen=True)
 class TraceEvent:
     """One step of a run. `at`: the recording instance's clock (epoch seconds); `duration_ms`:
-    a model or tool call's own, or for `first_post`/`answer` the time since the run started
+    a model or tool call's own, or for `answer` the time since the run started
     (measured on one instance's monotonic clock, so clock skew between hosts cannot show)."""
 
     run_id: int

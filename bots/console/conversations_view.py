@@ -174,12 +174,13 @@ def trace_step(event: TraceEvent, *, hide_text: bool) -> TraceStep:
             if data.get("message"):
                 facts.append(("message", str(data["message"])))
             return TraceStep("end", "Loop ended", None, facts)
-        case "first_post":
-            return TraceStep(
-                "first_post", "First visible post (since the run started)", event.duration_ms
-            )
         case "answer":
-            return TraceStep("answer", "Answer shown (after start)", event.duration_ms)
+            facts = []
+            if isinstance(data.get("first_post_ms"), int | float):
+                facts.append(("first visible post after", f"{data['first_post_ms']:,.0f} ms"))
+            return TraceStep(
+                "answer", "Answer shown (after the run started)", event.duration_ms, facts
+            )
         case _:
             return TraceStep(
                 event.kind, event.kind, event.duration_ms, [("data", json.dumps(data)[:500])]

@@ -14,7 +14,9 @@ and a store that fails costs the trace, never the run. The process's metrics
 Timings: a model call is timed from its turn's start to its reply's end as handed to the
 surface (that includes storing the reply: about a millisecond); a tool call by the loop's own
 `duration_s`; the first post and the answer from the run's start, on this process's monotonic
-clock.
+clock, both in the one `answer` event written when the end was shown. A run that simply
+answered is two rows (its model call, its answer): the loop's end is written only when it was
+not a plain stop.
 
 Must not: await anything in `put`, `shown`, `stopped` or `compacted`; raise into a feed; keep
 state of more than `MAX_RUNS` runs.
@@ -58,6 +60,7 @@ class _RunTrace:
 
     started: float  # monotonic
     platform: str
+    first_post_ms: float | None = None
     seq: int = 0
     turn: int | None = None
     turn_started: float | None = None
@@ -126,7 +129,7 @@ class TraceRecorder:
                     run.tools[event.tool_call_id] = (event.label, event.arguments)
             case ToolExecutionEnd():
                 self._tool_ended(run_id, run, event)
-            case AgentEnd():
+            case AgentEnd() if event.reason != "stop" or event.error_message:
                 data = {"reason": event.reason, "message": self._shaper.short(event.error_message)}
                 self._add(run_id, run, "end", None, data)
             case RunFinished():
@@ -138,9 +141,12 @@ class TraceRecorder:
         run = self._runs.get(run_id)
         if run is None or self._closed:
             return
-        self._add(run_id, run, moment, self._ms_since(run.started), {})
-        if moment == "answer":
-            self._runs.pop(run_id, None)
+        if moment == "first_post":  # written with the answer: one row per run for both
+            run.first_post_ms = self._ms_since(run.started)
+            return
+        data = {} if run.first_post_ms is None else {"first_post_ms": run.first_post_ms}
+        self._add(run_id, run, "answer", self._ms_since(run.started), data)
+        self._runs.pop(run_id, None)
 
     def stopped(self, run_id: int | None, by: Author | None, *, scope: str) -> None:
         """Someone asked the run to stop (`scope`: "run" for its own Stop, "conversation"

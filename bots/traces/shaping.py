@@ -53,7 +53,7 @@ class Shaper:
 
     def model_call(self, message: AssistantMessage, turn: int | None) -> dict[str, Any]:
         usage = message.usage
-        return {
+        shaped: dict[str, Any] = {
             "turn": turn,
             "model": message.model[:100],
             "input": usage.input,
@@ -62,10 +62,13 @@ class Shaper:
             "cache_write": usage.cache_write,
             "cost": usage.cost,
             "stop_reason": message.stop_reason,
-            "tool_calls": len(message.tool_calls()),
-            "error_kind": message.error_kind,
-            "error": self.short(message.error_message),
         }
+        if message.stop_reason == "tool_use":
+            shaped["tool_calls"] = len(message.tool_calls())
+        if message.error_kind is not None or message.error_message is not None:
+            shaped["error_kind"] = message.error_kind
+            shaped["error"] = self.short(message.error_message)
+        return shaped
 
     def tool_call(
         self, name: str, label: str, arguments: dict[str, Any], result: ToolResultMessage

@@ -75,7 +75,7 @@ async def test_a_conversation_shows_its_thread_inert_and_its_runs_trace(
         await page.wait_for_selector("pre:has-text('about what')")
         await page.click("summary:text-is('result')")
         await page.wait_for_selector("pre:has-text('echoed: about what')")
-        assert "First visible post" in main and "Answer shown" in main
+        assert "first visible post after" in main and "Answer shown" in main
         assert (
             await page.get_attribute("a:text-is('Open the thread')", "href")
         ) == "https://app.slack.com/client/T1/C1/thread/C1-1700000000.000100"
