@@ -13,9 +13,9 @@ lists them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from bots.settings import Settings
 from bots.surface.contract import SurfaceFactory
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 DEFAULT_HTTP_PORT = 3000
 
 Status = Literal["ok", "info", "warn", "fail"]
+# Adds a POST route (path, aiohttp handler) to the process's one HTTP server (bots.console).
+MountRoute = Callable[[str, Callable[[Any], Awaitable[Any]]], None]
 Report = Callable[[Status, str, str], None]
 
 
@@ -35,11 +37,14 @@ class ServeOptions:
     """What `serve` (or a platform's own command) was asked; each platform reads its part.
 
     `http`: Slack in HTTP mode (True), Socket Mode (False), or from the credentials (None);
-    `host`/`port`: where HTTP mode listens."""
+    `host`/`port`: where HTTP mode listens; `mount`: when set, HTTP mode adds its route to the
+    process's one HTTP server (the console's, which then listens at `host`/`port`) instead of
+    listening itself."""
 
     http: bool | None = None
     host: str = "0.0.0.0"
     port: int = DEFAULT_HTTP_PORT
+    mount: MountRoute | None = None
 
 
 class PlatformStartError(Exception):

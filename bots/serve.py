@@ -4,7 +4,9 @@ process, one runner, one store.
 Owns: `PLATFORMS`, the registry of platforms `serve` and `doctor` know (each a
 `bots.platform.Platform`: Slack, Discord); choosing the configured ones and explaining in a few
 lines what to set when none is; starting each on the shared runner, crash recovery once every
-platform has started, scheduled work on the platforms running here, and a graceful stop on
+platform has started, scheduled work on the platforms running here, the process's one HTTP
+server (the console, `/healthz`, `/metrics` and Slack HTTP mode's `/slack/events`:
+`bots.console.process`) once every platform has connected, and a graceful stop on
 SIGTERM or Ctrl-C: stop taking events, let running answers finish for a grace period, then stop
 the rest (their messages stay in the store's inbox and are answered after the next start) and
 close the store. A second Ctrl-C stops at once.
@@ -21,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from bots.app import open_app, require_model_credentials
+from bots.console.process import ProcessHttp
 from bots.platform import Platform, PlatformStartError, ServeOptions
 from bots.platforms.discord.platform import DiscordPlatform
 from bots.platforms.slack.platform import SlackPlatform
@@ -91,6 +94,9 @@ async def serve(
         raise SettingsError("no platform to start")
     for platform in chosen:
         require_model_credentials(settings, platform.name)
+    http = ProcessHttp.for_serve(settings, options)
+    if http is not None:
+        options = http.options()  # a platform's HTTP endpoint joins the one server
 
     stop = stop or asyncio.Event()
     restore = _install_signal_handlers(stop, err)
@@ -102,6 +108,8 @@ async def serve(
     platform_rules = {each.name: each.rules for each in running}
 
     async def shutdown(grace: float) -> None:
+        if http is not None:
+            await http.close()  # no new requests (acknowledged events are handed on)
         await asyncio.gather(*(each.stop(grace) for each in running))
 
     try:
@@ -118,11 +126,12 @@ async def serve(
                         app.scheduler.add_platform(each.name, each)
                     app.scheduler.start()
                 lines = [await each.connect() for each in running]
+                served = [] if http is None else await http.start(app.store, app.runner)
             except PlatformStartError as exc:
                 err.write(f"teammate: {exc}\n")
                 await shutdown(0)
                 return 1
-            for line in [*lines, "Ctrl-C or SIGTERM stops."]:
+            for line in [*lines, *served, "Ctrl-C or SIGTERM stops."]:
                 err.write(f"teammate: {line}\n")
                 log.info(line)
             err.flush()
@@ -142,6 +151,8 @@ async def serve(
         err.write("teammate: stopped.\n")
         return 0
     finally:
+        if http is not None:
+            await http.close()  # (already closed, unless the start failed midway)
         restore()
 
 

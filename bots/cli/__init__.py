@@ -1,5 +1,5 @@
 """The `teammate` command: `chat`, `ask`, `serve`, `slack` (and `slack manifest`), `discord`
-(and `discord invite`), `mcp list`, `doctor`.
+(and `discord invite`), `console` (and `console link`), `mcp list`, `doctor`.
 
 Owns: `main`, the entry point (`teammate`, `python -m bots.cli`): parse, run the command's
 handler, exit statuses, and turning expected failures (a missing key, an invalid setting) into
@@ -12,7 +12,7 @@ Exit statuses: 0 success; 1 the run or a check failed; 2 usage or configuration 
 The package, one owner each: `parser` (the arguments; each command names its handler),
 `common` (settings loaded once, command-line overrides first; the log; the failure line),
 `chat` (`ask`, `chat`), `platforms` (`serve`, `slack`, `discord` and their `manifest` and
-`invite`), `doctor` (`doctor`, `mcp list`).
+`invite`), `console` (`console`, `console link`), `doctor` (`doctor`, `mcp list`).
 """
 
 from __future__ import annotations

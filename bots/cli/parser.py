@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from bots.cli.chat import ask_command, chat_command
+from bots.cli.console import console_command, link_command
 from bots.cli.doctor import doctor_command, mcp_list_command
 from bots.cli.platforms import (
     invite_command,
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _global_options(parser, default=None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_chat, _ask, _serve, _slack, _discord, _mcp, _doctor):
+    for add in (_chat, _ask, _serve, _slack, _discord, _console, _mcp, _doctor):
         add(commands)
     return parser
 
@@ -126,6 +127,11 @@ def _slack(commands: Commands) -> None:
         ),
     )
     manifest.add_argument("--request-url", metavar="URL", help="HTTP mode's public URL")
+    manifest.add_argument(
+        "--console-url",
+        metavar="URL",
+        help="the console's address, for Sign in with Slack (default: [console] public_url)",
+    )
     manifest.add_argument("--name", default="Teammate", help="the app's name (default Teammate)")
     manifest.set_defaults(run=manifest_command)
 
@@ -155,6 +161,30 @@ def _discord(commands: Commands) -> None:
     )
     invite.add_argument("--application-id", metavar="ID", help="the application's id")
     invite.set_defaults(run=invite_command)
+
+
+def _console(commands: Commands) -> None:
+    console = commands.add_parser(
+        "console",
+        help="the web console alone, over an existing database; `console link` signs one in",
+        description=(
+            "Serve the web console on [console] host and port (127.0.0.1:8750) over the "
+            "database `teammate serve` uses, without any chat platform. `teammate serve` "
+            "serves it too. `console link --user slack:U0123` prints a one-time sign-in URL."
+        ),
+    )
+    _global_options(console, default=argparse.SUPPRESS)
+    console.set_defaults(run=console_command)
+    sub = console.add_subparsers(dest="console_command", metavar="link")
+    link = sub.add_parser(
+        "link",
+        help="print a sign-in URL for one person (once, within 10 minutes; audited)",
+        description="Print on stdout a URL that signs PERSON in to the console once, within "
+        "ten minutes. PERSON must be an admin or a [console] viewer.",
+    )
+    link.add_argument("--user", required=True, metavar="PERSON", help="slack:U0123 or discord:1234")
+    _global_options(link, default=argparse.SUPPRESS)
+    link.set_defaults(run=link_command)
 
 
 def _mcp(commands: Commands) -> None:

@@ -67,12 +67,20 @@ def _serve(
 
 def manifest_command(args: argparse.Namespace) -> int:
     """`teammate slack manifest`: the app to paste at api.slack.com."""
-    # The configured slash command, if the settings load; the default otherwise.
+    # The configured slash command and console address, if the settings load.
     try:
-        command = settings_from(args).slack.command
+        settings = settings_from(args)
+        command, console = settings.slack.command, settings.console.public_url
     except SettingsError:
-        command = "/teammate"
-    sys.stdout.write(manifest_json(command=command, name=args.name, request_url=args.request_url))
+        command, console = "/teammate", ""
+    sys.stdout.write(
+        manifest_json(
+            command=command,
+            name=args.name,
+            request_url=args.request_url,
+            console_url=args.console_url or console or None,
+        )
+    )
     return 0
 
 
@@ -91,4 +99,10 @@ async def _print_invite(settings: Settings, given: str | None) -> int:
         fail(str(exc))
         return 1
     sys.stdout.write(invite_url(found) + "\n")
+    if settings.discord_client_id:  # the console's Sign in with Discord
+        base = settings.console.public_url.rstrip("/") or "http://127.0.0.1:8750"
+        sys.stderr.write(
+            "teammate: for the console's sign-in, add this redirect under OAuth2 → Redirects: "
+            f"{base}/auth/discord/callback\n"
+        )
     return 0

@@ -73,6 +73,11 @@ PAGE_ROUTES: tuple[Mount, ...] = (
 )
 
 
+# What is served beside the pages, always (also where the pages are not): `/metrics`
+# (Prometheus text) adds its `add_routes` here.
+SERVICE_ROUTES: tuple[Mount, ...] = ()
+
+
 def static_dir() -> Path:
     return Path(str(resources.files("bots.console") / "static"))
 
@@ -165,18 +170,23 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-def build_app(deps: ConsoleDeps, *, mounts: Sequence[Mount] = ()) -> web.Application:
-    """The console's application. `mounts` add what shares the server: `/metrics`, Slack
-    HTTP mode's `/slack/events`."""
+def build_app(
+    deps: ConsoleDeps, *, mounts: Sequence[Mount] = (), pages: bool = True
+) -> web.Application:
+    """The console's application. `mounts` add what shares the server (Slack HTTP mode's
+    `/slack/events`); without `pages`, only `/healthz`, `SERVICE_ROUTES` and `mounts`."""
     app = web.Application(
         middlewares=[security_headers, signed_in], client_max_size=CLIENT_MAX_SIZE
     )
     app[DEPS] = deps
     app.router.add_get("/healthz", healthz)
-    app.router.add_static("/static/", static_dir(), follow_symlinks=False, append_version=False)
-    signin.add_routes(app)
-    for add in PAGE_ROUTES:
+    for add in SERVICE_ROUTES:
         add(app)
+    if pages:
+        app.router.add_static("/static/", static_dir(), follow_symlinks=False)
+        signin.add_routes(app)
+        for add in PAGE_ROUTES:
+            add(app)
     for mount in mounts:
         mount(app)
     return app

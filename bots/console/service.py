@@ -59,9 +59,11 @@ async def console_deps(
 class ConsoleService:
     """The console's server: `start()` then `close()`."""
 
-    def __init__(self, deps: ConsoleDeps, *, mounts: Sequence[Mount] = ()) -> None:
+    def __init__(
+        self, deps: ConsoleDeps, *, mounts: Sequence[Mount] = (), pages: bool = True
+    ) -> None:
         self.deps = deps
-        self.app = build_app(deps, mounts=mounts)
+        self.app = build_app(deps, mounts=mounts, pages=pages)
         self.server = HttpServer(self.app)
 
     async def start(self, host: str | None = None, port: int | None = None) -> int:

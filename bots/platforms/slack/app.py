@@ -179,21 +179,31 @@ class SlackBot:
         except Exception as exc:
             raise SlackStartError(f"Socket Mode did not connect: {_error_name(exc)}") from None
 
+    async def mount_http(self, mount: Callable[[str, Any], None]) -> None:
+        """HTTP mode on the process's one server: the same gate at `/slack/events`, added
+        with `mount(path, handler)` (before that server starts)."""
+        secret = self._signing_secret()
+        await self.replay_journal()
+        self.gate = HttpGate(secret, self.bolt.async_dispatch)
+        mount(EVENTS_PATH, self.gate.handle)
+        log.info("Slack: %s on the process's HTTP server", EVENTS_PATH)
+
+    def _signing_secret(self) -> str:
+        secret = self.settings.slack_signing_secret
+        if secret is None or not secret.get_secret_value():
+            raise SettingsError("SLACK_SIGNING_SECRET is not set (needed for HTTP mode)")
+        return secret.get_secret_value()
+
     async def listen_http(self, host: str = "0.0.0.0", port: int = 3000) -> int:
         """Serve the Events API and interactivity at `/slack/events` (signed requests only);
         returns the bound port (`port=0` picks a free one)."""
         from aiohttp import web
 
-        if not self.settings.slack_signing_secret or not (
-            self.settings.slack_signing_secret.get_secret_value()
-        ):
-            raise SettingsError("SLACK_SIGNING_SECRET is not set (needed for HTTP mode)")
+        secret = self._signing_secret()
         await self.replay_journal()
         # Capped, verified on the raw bytes and parsed off the loop when large, before bolt
         # (which would parse first): bots.platforms.slack.http_gate.
-        self.gate = HttpGate(
-            self.settings.slack_signing_secret.get_secret_value(), self.bolt.async_dispatch
-        )
+        self.gate = HttpGate(secret, self.bolt.async_dispatch)
         web_app = web.Application(client_max_size=MAX_BODY_BYTES)
         web_app.router.add_post(EVENTS_PATH, self.gate.handle)
         runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=5.0)

@@ -3,7 +3,8 @@
 Owns: the one list of OAuth scopes the bot token needs (`BOT_SCOPES`, also what
 `teammate doctor` checks), each with the Web API method or event that needs it, the bot events
 subscribed, the slash command, interactivity (the Stop and feedback buttons) and the AI-app
-assistant view. Socket Mode is on unless an HTTP request URL is given.
+assistant view. Socket Mode is on unless an HTTP request URL is given. With the console's
+address, Sign in with Slack too: its redirect URL and the `openid`/`profile` user scopes.
 
 Slack's manifest format: https://api.slack.com/reference/manifests (JSON is accepted as is,
 like YAML).
@@ -41,6 +42,10 @@ BOT_EVENTS: tuple[str, ...] = (
     "agent_session_stopped",  # Slack's own stop button on an agent session (listeners.py)
 )
 
+# Sign in with Slack (OpenID Connect), for the console (bots.console.signin).
+SIGN_IN_USER_SCOPES: tuple[str, ...] = ("openid", "profile")
+SIGN_IN_CALLBACK = "/auth/slack/callback"
+
 DEFAULT_NAME = "Teammate"
 DESCRIPTION = "A shared AI assistant: mention it in a channel and it answers in the thread."
 SUGGESTED_PROMPTS = (
@@ -54,9 +59,11 @@ def manifest(
     command: str = "/teammate",
     name: str = DEFAULT_NAME,
     request_url: str | None = None,
+    console_url: str | None = None,
 ) -> dict[str, Any]:
     """The app manifest. `request_url` (e.g. `https://bot.example.com/slack/events`) is for
-    HTTP mode; without it Socket Mode is on and no public URL is needed."""
+    HTTP mode; without it Socket Mode is on and no public URL is needed. `console_url` (e.g.
+    `https://teammate.example.com`): the console's Sign in with Slack."""
     slash: dict[str, Any] = {
         "command": command,
         "description": "Teammate: help, usage, stop, reset, config",
@@ -91,7 +98,7 @@ def manifest(
             },
             "slash_commands": [slash],
         },
-        "oauth_config": {"scopes": {"bot": list(BOT_SCOPES)}},
+        "oauth_config": _oauth_config(console_url),
         "settings": {
             "event_subscriptions": events,
             "interactivity": interactivity,
@@ -100,6 +107,14 @@ def manifest(
             "token_rotation_enabled": False,
         },
     }
+
+
+def _oauth_config(console_url: str | None) -> dict[str, Any]:
+    config: dict[str, Any] = {"scopes": {"bot": list(BOT_SCOPES)}}
+    if console_url:
+        config["scopes"]["user"] = list(SIGN_IN_USER_SCOPES)
+        config["redirect_urls"] = [console_url.rstrip("/") + SIGN_IN_CALLBACK]
+    return config
 
 
 def manifest_json(**options: Any) -> str:

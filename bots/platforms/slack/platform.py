@@ -127,6 +127,9 @@ class SlackPlatform:
             if self.mode == "socket":
                 await self.bot.connect_socket_mode()
                 where = "Socket Mode"
+            elif self.options.mount is not None:  # on the process's one server (the console's)
+                await self.bot.mount_http(self.options.mount)
+                where = "HTTP mode at /slack/events on the process's HTTP server"
             else:
                 host = self.options.host
                 port = await self.bot.listen_http(host, self.options.port)

@@ -49,3 +49,10 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 async def browser() -> AsyncIterator[Any]:
     async with launch() as opened:
         yield opened
+
+
+# PostgreSQL, as the store's tests get it (a fresh schema per test; skipped, saying why,
+# where no server can be started).
+from tests.storage.conftest import pg_server, pg_url  # noqa: E402
+
+__all__ = ["pg_server", "pg_url"]

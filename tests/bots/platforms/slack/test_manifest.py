@@ -78,3 +78,14 @@ def test_missing_scopes_are_named_in_the_manifests_order() -> None:
         scope for scope in BOT_SCOPES if scope not in ("chat:write", "commands")
     ]
     assert missing_scopes(None) == list(BOT_SCOPES)
+
+
+def test_with_the_console_s_address_the_manifest_allows_sign_in_with_slack() -> None:
+    plain = manifest()
+    assert "user" not in plain["oauth_config"]["scopes"]
+    assert "redirect_urls" not in plain["oauth_config"]
+    app = manifest(console_url="https://teammate.example.com/")
+    assert app["oauth_config"]["scopes"]["user"] == ["openid", "profile"]
+    assert app["oauth_config"]["redirect_urls"] == [
+        "https://teammate.example.com/auth/slack/callback"
+    ]
