@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING = 20_000  # events waiting to be written; more are dropped and counted
 MAX_RUNS = 10_000  # runs whose state is kept (their start, calls in flight)
-BATCH = 100  # events per write: short, so a run's own writes never wait long behind one
+BATCH = 500  # events per write
 MAX_TOOLS_IN_FLIGHT = 256  # per run
 INDEX_BATCH = 500  # messages indexed for search per transaction, in the background
 
