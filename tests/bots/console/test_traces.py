@@ -15,12 +15,17 @@ from pydantic import BaseModel
 
 from bots.app import ModelFactory
 from bots.runner import ConversationRunner
-from bots.settings import Settings
+from bots.settings import CompactionSettings, Settings
 from bots.traces.recorder import TraceRecorder
-from core.messages import Author
+from core.messages import AssistantMessage, Author
+from core.models.scripted import Reply, ScriptedModel
 from core.tools import AgentTool, ToolContext, ToolResult
 from storage.base import ConversationStore, TraceEvent
-from tests.bots.runner_helpers import incoming
+from storage.sqlite import SqliteStore
+from tests.bots.runner_helpers import KEY as RUNNER_KEY
+from tests.bots.runner_helpers import incoming, make_runner
+from tests.bots.test_runner import SMALL_WINDOW
+from tests.bots.test_runner import _fill as fill_history
 from tests.fakes.anthropic_server import FakeAnthropic, ToolUseOut, sse, text_reply
 from tests.fakes.gate_tool import GateTool
 from tests.fakes.recording_surface import RecordingSurface, RecordingSurfaces
@@ -208,3 +213,56 @@ async def test_a_full_queue_drops_with_a_count_and_never_blocks(
     (run,) = await traced.conversation_runs(conversation.id, limit=5)
     assert run.outcome == "done"
     assert len(await traced.run_traces([run.id])) == 2  # what fitted was written at close
+
+
+async def test_a_compaction_and_the_overflow_that_forced_it_are_stored(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    await fill_history(store, turns=6, tokens_each=100)
+    overflow = AssistantMessage(
+        stop_reason="error", error_kind="context_overflow", error_message="prompt is too long"
+    )
+    model = ScriptedModel(
+        [overflow, Reply(text="## Goal\nsummary"), Reply(text="fits now")], info=SMALL_WINDOW
+    )
+    compaction = CompactionSettings(reserve_tokens=500, keep_recent_tokens=200)
+    runner = make_runner(store, tmp_path, model, compaction=compaction)
+    await runner.submit(incoming("one more"), RecordingSurface())
+    await runner.wait(RUNNER_KEY)
+    await runner.traces.flushed()
+    conversation = await store.get_conversation(RUNNER_KEY)
+    assert conversation is not None
+    (run,) = await store.conversation_runs(conversation.id, limit=5)
+    events = await store.run_traces([run.id])
+    await runner.close()
+    first, second = [e for e in events if e.kind == "model_call"]
+    assert first.data["error_kind"] == "context_overflow"
+    assert "too long" in first.data["error"]
+    (compacted,) = [e for e in events if e.kind == "compaction"]
+    assert compacted.data["forced"] is True and compacted.data["up_to_seq"] > 0
+    assert second.seq > compacted.seq > first.seq  # in the order it happened
+
+
+async def test_an_unexpected_failure_is_stored_with_its_reference(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    def broken_toolset(_channel: str) -> list[Any]:
+        raise RuntimeError("the toolset is broken")
+
+    runner = ConversationRunner(
+        store=store,
+        settings=Settings(data_dir=tmp_path),
+        model_factory=lambda _id: ScriptedModel(default=Reply(text="never")),
+        toolset_factory=broken_toolset,
+        platform_rules="Plain text only.",
+        surfaces=RecordingSurfaces(),
+    )
+    surface = RecordingSurface()
+    await runner.submit(incoming("hello", key=KEY, channel=CHANNEL), surface)
+    await runner.wait(KEY)
+    events = await trace_of(store, runner)
+    await runner.close()
+    (finished,) = surface.finished()
+    (error,) = [e for e in events if e.kind == "error"]
+    assert finished.reference is not None and error.data["reference"] == finished.reference
+    assert finished.reference in (error.data["text"] or "")
