@@ -85,16 +85,18 @@ async def serve(
     stop: asyncio.Event | None = None,
     grace_s: float = SHUTDOWN_GRACE_S,
     ready: Callable[[list[str]], None] | None = None,
+    console: bool = False,
 ) -> int:
     """Run the configured ones of `platforms` until SIGTERM/SIGINT (or `stop`); the exit
-    status. `ready(lines)` is called once every platform is connected."""
+    status. `ready(lines)` is called once every platform is connected. `console`: also the
+    process's one HTTP server (`teammate serve`; a platform's own command runs alone)."""
     options = options or ServeOptions()
     chosen = configured_platforms(settings, options, platforms)
     if not chosen:
         raise SettingsError("no platform to start")
     for platform in chosen:
         require_model_credentials(settings, platform.name)
-    http = ProcessHttp.for_serve(settings, options)
+    http = ProcessHttp.for_serve(settings, options) if console else None
     if http is not None:
         options = http.options()  # a platform's HTTP endpoint joins the one server
 

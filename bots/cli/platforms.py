@@ -1,6 +1,6 @@
-"""`teammate serve` (every configured platform), `teammate slack` and `teammate discord` (one
-platform, by its registered name), and what a platform needs set up first: `slack manifest`
-and `discord invite`.
+"""`teammate serve` (every configured platform, and the process's one HTTP server: the console),
+`teammate slack` and `teammate discord` (one platform alone, by its registered name), and what
+a platform needs set up first: `slack manifest` and `discord invite`.
 
 Owns: choosing the platforms and `ServeOptions` from the command line, the `--grace` check,
 and the nothing-configured exit (2). Must not: know what a platform needs to be configured
@@ -29,7 +29,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if not configured_platforms(settings, options, PLATFORMS):
         sys.stderr.write(nothing_configured_text(PLATFORMS) + "\n")
         return 2
-    return _serve(args, settings, options, PLATFORMS)
+    return _serve(args, settings, options, PLATFORMS, console=True)
 
 
 def platform_command(args: argparse.Namespace) -> int:
@@ -56,12 +56,21 @@ def _serve(
     settings: Settings,
     options: ServeOptions,
     platforms: Sequence[type[Platform]],
+    *,
+    console: bool = False,
 ) -> int:
     start_logging(settings, args)
     if args.grace < 0:
         raise SettingsError("--grace: must be 0 or more seconds")
     return asyncio.run(
-        serve(settings, options, err=sys.stderr, platforms=platforms, grace_s=args.grace)
+        serve(
+            settings,
+            options,
+            err=sys.stderr,
+            platforms=platforms,
+            grace_s=args.grace,
+            console=console,
+        )
     )
 
 

@@ -20,13 +20,12 @@ from aiohttp import web
 from bots.console.conversations_view import (
     HIDDEN,
     OUTCOMES,
-    is_direct,
     read_filter,
     thread_lines,
     thread_link,
     trace_step,
 )
-from bots.console.web import deps_of, render
+from bots.console.web import deps_of, is_direct_message, render
 from storage.base import ConversationSummary, RunRecord, TraceEvent
 
 __all__ = ["add_routes", "conversation_url"]
@@ -72,7 +71,7 @@ async def conversations_page(request: web.Request) -> web.Response:
             wanted.search, limit=SEARCH_HITS, channel_key=wanted.channel_key
         )
         hits = [
-            (hit, HIDDEN if is_direct(hit.conversation_key) and not show_dm else hit.text)
+            (hit, HIDDEN if is_direct_message(hit.conversation_key) and not show_dm else hit.text)
             for hit in found
         ]
     return render(
@@ -80,7 +79,7 @@ async def conversations_page(request: web.Request) -> web.Response:
         "conversations.html",
         {
             "title": "Conversations",
-            "rows": [(row, conversation_url(row.key), is_direct(row.key)) for row in rows],
+            "rows": [(row, conversation_url(row.key), is_direct_message(row.key)) for row in rows],
             "hits": [(hit, text, conversation_url(hit.conversation_key)) for hit, text in hits],
             "filters": shown,
             "outcomes": OUTCOMES,
@@ -96,7 +95,7 @@ async def conversation_page(request: web.Request) -> web.Response:
     conversation = await deps.store.get_conversation(key)
     if conversation is None:
         raise web.HTTPNotFound(text="No such conversation.")
-    hide = is_direct(key) and not deps.settings.console.show_direct_messages
+    hide = is_direct_message(key) and not deps.settings.console.show_direct_messages
     count = await deps.store.message_count(conversation.id)
     messages = await deps.store.messages_after(conversation.id, max(0, count - MESSAGES_SHOWN))
     runs: list[RunRecord] = await deps.store.conversation_runs(conversation.id, limit=RUNS_SHOWN)

@@ -1,10 +1,10 @@
 """What the Conversations, conversation and Feedback pages show, as plain values.
 
 Owns: reading a page's filters from a hostile query string (`read_filter`: every value
-bounded, dates as UTC days, unknown values ignored), whether a conversation is a direct
-message (`is_direct`: its text is hidden unless `[console] show_direct_messages`), the link
-to its Slack or Discord thread (`thread_link`), the thread as people saw it (`thread_lines`)
-and each trace event as a few labelled facts (`trace_step`).
+bounded, dates as UTC days, unknown values ignored), the link to a conversation's Slack or
+Discord thread (`thread_link`), the thread as people saw it (`thread_lines`) and each trace
+event as a few labelled facts (`trace_step`). Whether a conversation is a direct message is
+`bots.console.web.is_direct_message`.
 
 Must not: do IO, render HTML (templates do, escaping everything), or know a store's SQL.
 """
@@ -25,7 +25,6 @@ __all__ = [
     "HIDDEN",
     "ThreadLine",
     "TraceStep",
-    "is_direct",
     "read_filter",
     "thread_lines",
     "thread_link",
@@ -73,14 +72,6 @@ def read_filter(query: Mapping[str, str]) -> ConversationFilter:
         until=None if until is None else until + _DAY,  # the whole day named
         search=_value(query, "q"),
     )
-
-
-def is_direct(conversation_key: str) -> bool:
-    """A direct message: Slack's `D…` channels, Discord's `discord:dm:…`."""
-    parts = conversation_key.split(":")
-    if parts[0] == "slack" and len(parts) >= 3:
-        return parts[2].startswith("D")
-    return parts[0] == "discord" and len(parts) >= 2 and parts[1] == "dm"
 
 
 def thread_link(conversation_key: str) -> str | None:

@@ -15,8 +15,15 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from bots.console.conversations import conversation_url
-from bots.console.conversations_view import is_direct, trace_step
-from bots.console.web import deps_of, form_of, origin_of, render, require_admin
+from bots.console.conversations_view import trace_step
+from bots.console.web import (
+    deps_of,
+    form_of,
+    is_direct_message,
+    origin_of,
+    render,
+    require_admin,
+)
 from bots.features.audit import record_action
 from storage.base import TraceEvent
 
@@ -44,7 +51,7 @@ async def feedback_page(request: web.Request) -> web.Response:
     show_dm = deps.settings.console.show_direct_messages
     rows = []
     for item in items:
-        hide = is_direct(item.conversation_key) and not show_dm
+        hide = is_direct_message(item.conversation_key) and not show_dm
         steps = [trace_step(e, hide_text=hide) for e in by_run.get(item.run_id, [])]
         link = f"{conversation_url(item.conversation_key)}#run-{item.run_id}"
         rows.append((item, steps, link))

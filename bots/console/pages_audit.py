@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from bots.console.web import deps_of, render
+from bots.console.web import deps_of, render, text_shown
 from bots.features.audit import ACTIONS
 
 PAGE_SIZE = 50
@@ -44,7 +44,12 @@ async def audit_page(request: web.Request) -> web.Response:
         {
             "title": "Audit log",
             "entries": [
-                (entry, json.dumps(entry.detail, ensure_ascii=False, indent=1)[:4000])
+                (
+                    entry,
+                    json.dumps(entry.detail, ensure_ascii=False, indent=1)[:4000]
+                    if text_shown(deps.settings, entry.target)
+                    else "(hidden: a direct message's; [console] show_direct_messages)",
+                )
                 for entry in entries
             ],
             "actions": sorted(ACTIONS),

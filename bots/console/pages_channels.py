@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from bots.console.web import deps_of, form_of, origin_of, render, require_admin
+from bots.console.web import deps_of, form_of, origin_of, render, require_admin, text_shown
 from bots.features.audit import record_action
 from bots.features.channel_config import ChannelConfigs, ConfigChange, allowed_tools, describe
 from bots.features.memory import ChannelMemory, NoteRefused
@@ -73,6 +73,7 @@ async def channel_page(
             "stored": stored,
             "allowed": allowed_tools(deps.settings, key),
             "notes": await deps.store.memory_notes(key),
+            "text_shown": text_shown(deps.settings, key),
             "schedules": [(s, describe_schedule(s)) for s in schedules],
             "usage": usage,
             "limit": deps.settings.budgets.channel_usd_per_day,

@@ -37,6 +37,8 @@ from bots.console import (
 from bots.console.web import (
     DEPS,
     MAX_FORM_BYTES,
+    NAV,
+    NAV_SHOWN,
     SESSION_KEY,
     ConsoleDeps,
     read_session,
@@ -189,6 +191,8 @@ def build_app(
             add(app)
     for mount in mounts:
         mount(app)
+    served = {resource.canonical for resource in app.router.resources()}
+    app[NAV_SHOWN] = [(href, label) for href, label in NAV if href in served]
     return app
 
 

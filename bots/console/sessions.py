@@ -35,6 +35,11 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def same(given: str, expected: str) -> bool:
+    """Constant-time equality of two texts, whatever characters a hostile one holds."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8"))
+
+
 class Signer:
     """Signs and checks small JSON payloads for one purpose (`purpose` is mixed into the
     key, so a sign-in cookie is never accepted as a session)."""
@@ -51,7 +56,9 @@ class Signer:
         if not value or len(value) > MAX_COOKIE_CHARS or value.count(".") != 1:
             return None
         body, mac = value.split(".")
-        if not hmac.compare_digest(mac, self._mac(body)):
+        if not body.isascii():
+            return None
+        if not same(mac, self._mac(body)):
             return None
         try:
             payload = json.loads(_unb64(body))
@@ -119,7 +126,7 @@ class Sessions:
         return self._csrf.token(session.session_id)
 
     def csrf_ok(self, session: ConsoleSession, given: str | None) -> bool:
-        return bool(given) and hmac.compare_digest(str(given), self.csrf_token(session))
+        return bool(given) and same(str(given), self.csrf_token(session))
 
     def signin_cookie(self, payload: dict[str, Any], *, now: float, ttl_s: float) -> str:
         return self._signin.sign(payload, expires_at=now + ttl_s)

@@ -21,9 +21,9 @@ import asyncio
 import base64
 import binascii
 import hashlib
-import hmac
 import json
 import logging
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -33,7 +33,7 @@ import aiohttp
 from aiohttp import web
 
 from bots.console.roles import discord_role_guild, role_for
-from bots.console.sessions import SESSION_COOKIE, SIGNIN_COOKIE, cookie_options
+from bots.console.sessions import SESSION_COOKIE, SIGNIN_COOKIE, cookie_options, same
 from bots.console.web import DEPS, ConsoleDeps, deps_of, origin_of, render, session_of
 from bots.features.audit import record_action
 from bots.settings import Settings
@@ -101,11 +101,16 @@ def _discord_authorize_url(settings: Settings) -> str:
     return f"{parts.scheme}://{parts.netloc}/oauth2/authorize"
 
 
+# A path of the console with its query: no scheme, no host, no backslash, no whitespace or
+# control character (browsers drop tabs and newlines: `/\t/evil.com` is `//evil.com`).
+_LOCAL_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9/_.~%:@!$&'()*+,;=?-]*")
+
+
 def safe_next(value: str | None) -> str:
     """A path inside the console, or `/` (never another site: `//evil`, `/\\evil`)."""
-    if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
+    if not value or len(value) > 500 or not _LOCAL_PATH.fullmatch(value):
         return "/"
-    return value[:500]
+    return value
 
 
 def _secure(deps: ConsoleDeps, request: web.Request) -> bool:
@@ -208,7 +213,7 @@ def _started(request: web.Request, provider: str) -> dict[str, Any]:
     given = request.query.get("state", "")
     if started is None or started.get("p") != provider:
         raise SignInRefused("This sign-in was not started here, or took too long. Try again.")
-    if not hmac.compare_digest(str(started.get("state", "")), given):
+    if not same(given, str(started.get("state", ""))):
         raise SignInRefused("The sign-in's state did not match. Try again.")
     if "error" in request.query:
         raise SignInRefused("The sign-in was cancelled.")
@@ -253,7 +258,7 @@ async def _slack_person(
     if token.get("ok") is not True or not isinstance(token.get("access_token"), str):
         raise SignInRefused(f"Slack refused the sign-in ({_slack_error(token)}).")
     claims = _id_token_claims(token.get("id_token"))
-    if not hmac.compare_digest(str(claims.get("nonce", "")), str(started.get("nonce", ""))):
+    if not same(str(claims.get("nonce", "")), str(started.get("nonce", ""))):
         raise SignInRefused("Slack's answer was for another sign-in (nonce). Try again.")
     if claims.get("aud") != settings.slack_client_id:
         raise SignInRefused("Slack's answer was for another app. Check SLACK_CLIENT_ID.")

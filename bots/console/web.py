@@ -3,8 +3,9 @@
 Owns: `ConsoleDeps` (the settings, the store, the runner when one runs in this process, the
 sessions, the templates, the clock, an HTTP client for sign-in), `DEPS` (its key on the
 aiohttp application), `session_of`, `render` (a template with the layout's context: the
-person, their CSRF token, the navigation), `require_admin` and `form_of` (a change's form,
-bounded).
+person, their CSRF token, the navigation of the pages this server has), `require_admin`,
+`form_of` (a change's form, bounded) and `text_shown` (direct messages' text hidden unless
+`[console] show_direct_messages`).
 
 Must not: decide who may sign in (`roles`), or write SQL.
 """
@@ -40,6 +41,21 @@ NAV: list[tuple[str, str]] = [
     ("/audit", "Audit log"),
     ("/health", "Health"),
 ]
+
+
+def is_direct_message(key: str) -> bool:
+    """Whether a channel or conversation key is a direct message's: Slack `slack:T…:D…`,
+    Discord `discord:dm:…`."""
+    parts = key.split(":")
+    if parts[0] == "slack":
+        return len(parts) >= 3 and parts[2].startswith("D")
+    return parts[0] == "discord" and len(parts) >= 2 and parts[1] == "dm"
+
+
+def text_shown(settings: Settings, key: str) -> bool:
+    """What people wrote in a direct message (and notes kept there) is shown only with
+    `[console] show_direct_messages`; counts and cost always are."""
+    return settings.console.show_direct_messages or not is_direct_message(key)
 
 
 def template_environment() -> Environment:
@@ -82,6 +98,8 @@ class ConsoleDeps:
 
 
 DEPS: web.AppKey[ConsoleDeps] = web.AppKey("console_deps", ConsoleDeps)
+# NAV's entries whose page this application serves (set once its routes are added).
+NAV_SHOWN: web.AppKey[list[tuple[str, str]]] = web.AppKey("console_nav", list)
 SESSION_KEY: web.RequestKey[ConsoleSession] = web.RequestKey("console_session", ConsoleSession)
 
 
@@ -109,7 +127,7 @@ def render(
             **context,
             "session": session,
             "csrf": deps.sessions.csrf_token(session) if session is not None else "",
-            "nav": NAV,
+            "nav": request.app.get(NAV_SHOWN, ()),
             "path": request.path,
         }
     )

@@ -23,7 +23,7 @@ import pytest
 from bots.console.service import ConsoleService
 from bots.console.sessions import SESSION_COOKIE, Role
 
-CHROMIUM = os.environ.get("TEAMMATE_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = "/usr/bin/chromium"  # Debian's package (scripts/setup installs it)
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts" / "console"
 CHROMIUM_FLAGS = [
     "--disable-background-networking",

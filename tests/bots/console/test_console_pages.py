@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from bots.settings import ChannelConfig, SlackSettings
+from core.messages import Usage
 from tests.bots.console.browser import new_page, shoot, signed_in
 from tests.bots.console.conftest import StartConsole, console_settings
 
@@ -31,6 +32,14 @@ async def test_every_page_renders_under_the_csp_without_a_script_error(
     tmp_path: Path, sqlite_store: Any, browser: Any, start_console: StartConsole
 ) -> None:
     settings = settings_for(tmp_path)
+    for n, (channel, cost) in enumerate([(CHANNEL, 0.5), ("discord:G1:7", 0.25), (CHANNEL, 1.0)]):
+        conversation = await sqlite_store.get_or_create_conversation(
+            f"{channel}:{n}", channel_key=channel
+        )
+        run = await sqlite_store.start_run(conversation.id, user_id=f"U{n}", model="m")
+        await sqlite_store.record_usage(run.id, Usage(input=100, output=50, cost=cost))
+        await sqlite_store.finish_run(run.id, "done")
+        await sqlite_store.set_run_feedback(run.id, "U9", "up" if n else "down")
     await sqlite_store.add_memory_note(CHANNEL, HOSTILE, by="U1", max_notes=30, max_chars=4000)
     await sqlite_store.set_channel_config(CHANNEL, {"system_prompt": HOSTILE}, by="U1")
     async with start_console(settings, sqlite_store) as console:
@@ -52,9 +61,16 @@ async def test_every_page_renders_under_the_csp_without_a_script_error(
         await page.goto(f"{console.url}/channels/{CHANNEL}")
         assert await page.evaluate("window.__pwned") is None
         assert HOSTILE in await page.inner_text("main")
-        # The overview's chart was drawn by the shipped Chart.js (no CDN: no network here).
+        # The overview's figures, and its chart drawn by the shipped Chart.js (no CDN here).
         await page.goto(console.url + "/")
         await page.wait_for_function("window.Chart && Chart.getChart('cost-chart') !== undefined")
+        cards = await page.inner_text(".cards")
+        assert "3\nanswers" in cards and "$1.75" in cards and "67%" in cards
+        datasets = await page.evaluate(
+            "Chart.getChart('cost-chart').data.datasets.map(d => d.label)"
+        )
+        assert datasets == [CHANNEL, "discord:G1:7"]  # stacked by channel, the costliest first
+        await shoot(page, "overview")
         assert page.problems == []
 
 
@@ -146,3 +162,27 @@ async def test_a_change_without_the_page_s_csrf_token_is_refused(
         ):
             assert response.status == 403
         assert await sqlite_store.get_channel_config(CHANNEL) is None
+
+
+async def test_a_direct_message_s_text_is_hidden_unless_the_setting_shows_it(
+    tmp_path: Path, sqlite_store: Any, browser: Any, start_console: StartConsole
+) -> None:
+    dm = "slack:T1:D0PRIVATE"
+    await sqlite_store.add_memory_note(
+        dm, "my salary is 100", by="U1", max_notes=30, max_chars=4000
+    )
+    for show in (False, True):
+        settings = settings_for(tmp_path).model_copy(
+            update={
+                "console": settings_for(tmp_path).console.model_copy(
+                    update={"show_direct_messages": show}
+                )
+            }
+        )
+        async with start_console(settings, sqlite_store) as console:
+            context, page = await new_page(browser)
+            await signed_in(context, console, ADMIN, "admin")
+            await page.goto(f"{console.url}/channels/{dm}")
+            text = await page.inner_text("main")
+            assert ("my salary is 100" in text) is show
+            assert ("hidden: a direct message" in text) is not show
