@@ -63,6 +63,7 @@ from storage.records import (
 )
 from storage.trace_contract import TraceStore
 from storage.trace_records import (
+    AnswerTimings,
     ConversationFilter,
     ConversationSummary,
     FeedbackItem,
@@ -74,6 +75,7 @@ from storage.trace_records import (
 
 __all__ = [
     "Accepted",
+    "AnswerTimings",
     "AuditEntry",
     "ChannelActivity",
     "Compaction",

@@ -23,6 +23,7 @@ from storage.trace_records import (
     MAX_SEARCH_RESULTS,
     MAX_TRACE_DATA_BYTES,
     TRACE_KINDS,
+    AnswerTimings,
     ConversationFilter,
     ConversationSummary,
     FeedbackItem,
@@ -282,6 +283,55 @@ def checked_trace(event: TraceEvent) -> tuple[Any, ...]:
     if len(data) > MAX_TRACE_DATA_BYTES:
         data = json.dumps({"omitted": f"{len(data)} bytes, over the bound"})
     return (event.run_id, event.seq, event.kind, event.at, event.duration_ms, data)
+
+
+MAX_TIMINGS = 100_000  # answers the percentiles are computed over at most (the newest)
+
+
+def timings_query(
+    since: float, channel_key: str | None, platform: str | None, backend: Backend
+) -> tuple[str, list[Any]]:
+    """The answers shown since `since` (optionally in one channel, or on one platform): their
+    answer and first-post durations."""
+    first_post = (
+        "json_extract(t.data, '$.first_post_ms')"
+        if backend == "sqlite"
+        else "(t.data->>'first_post_ms')::float8"
+    )
+    args: list[Any] = [float(since)]
+    where = ["t.kind = 'answer'", "t.at >= $1"]
+    if channel_key:
+        args.append(channel_key)
+        where.append(f"r.channel_key = ${len(args)}")
+    if platform:
+        if not _PLATFORM.match(platform):
+            raise ValueError(f"not a platform: {platform[:40]!r}")
+        args.append(platform + ":%")
+        where.append(f"r.channel_key LIKE ${len(args)}")
+    text = sql(
+        f"SELECT t.duration_ms, {first_post} FROM run_trace t JOIN runs r ON r.id = t.run_id "
+        f"WHERE {' AND '.join(where)} ORDER BY t.at DESC LIMIT {MAX_TIMINGS}"
+    )
+    return (text.sqlite if backend == "sqlite" else text.postgres), args
+
+
+def answer_timings(rows: Sequence[Any]) -> AnswerTimings:
+    """p50/p95 (nearest rank) of the rows' answer and first-post durations."""
+    answers = sorted(float(r[0]) for r in rows if r[0] is not None)
+    posts = sorted(float(r[1]) for r in rows if r[1] is not None)
+    return AnswerTimings(
+        runs=len(answers),
+        first_post_p50_ms=_rank(posts, 0.5),
+        first_post_p95_ms=_rank(posts, 0.95),
+        answer_p50_ms=_rank(answers, 0.5),
+        answer_p95_ms=_rank(answers, 0.95),
+    )
+
+
+def _rank(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    return values[min(len(values) - 1, max(0, int(q * len(values) + 0.999999) - 1))]
 
 
 def checked_review(note: str, by: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from storage import postgres_traces as traces
 from storage.postgres_connections import PostgresConnections
 from storage.records import RunRecord
 from storage.trace_records import (
+    AnswerTimings,
     ConversationFilter,
     ConversationSummary,
     FeedbackItem,
@@ -71,6 +72,14 @@ class PostgresConsoleConversations(PostgresConnections):
         """Conversations matching `wanted`, the most recently updated first (bounded)."""
         return await self._call(
             lambda connection: traces.conversations(connection, wanted, limit, before)
+        )
+
+    async def answer_timings(
+        self, *, since: float, channel_key: str | None = None, platform: str | None = None
+    ) -> AnswerTimings:
+        """Time to the first visible post and to the answer, p50/p95, since `since`."""
+        return await self._call(
+            lambda connection: traces.timings(connection, since, channel_key, platform)
         )
 
     async def conversation_runs(self, conversation_id: int, *, limit: int) -> list[RunRecord]:

@@ -20,6 +20,7 @@ from storage import postgres_statements as pg_statements
 from storage import rows
 from storage.records import RunRecord
 from storage.trace_records import (
+    AnswerTimings,
     ConversationFilter,
     ConversationSummary,
     FeedbackItem,
@@ -77,6 +78,13 @@ async def conversations(
 ) -> list[ConversationSummary]:
     text, args = queries.conversations_query(wanted, limit=limit, before=before, backend="postgres")
     return [queries.conversation_summary(row) for row in await connection.fetch(text, *args)]
+
+
+async def timings(
+    connection: asyncpg.Connection, since: float, channel_key: str | None, platform: str | None
+) -> AnswerTimings:
+    text, args = queries.timings_query(since, channel_key, platform, "postgres")
+    return queries.answer_timings(await connection.fetch(text, *args))
 
 
 async def conversation_runs(

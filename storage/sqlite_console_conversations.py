@@ -17,6 +17,7 @@ from storage import sqlite_traces as traces
 from storage.records import RunRecord
 from storage.sqlite_connections import SqliteConnections
 from storage.trace_records import (
+    AnswerTimings,
     ConversationFilter,
     ConversationSummary,
     FeedbackItem,
@@ -76,6 +77,12 @@ class SqliteConsoleConversations(SqliteConnections):
         if wanted.search:
             await self.catch_up_search()
         return await self._read(lambda db: traces.conversations(db, wanted, limit, before))
+
+    async def answer_timings(
+        self, *, since: float, channel_key: str | None = None, platform: str | None = None
+    ) -> AnswerTimings:
+        """Time to the first visible post and to the answer, p50/p95, since `since`."""
+        return await self._read(lambda db: traces.timings(db, since, channel_key, platform))
 
     async def conversation_runs(self, conversation_id: int, *, limit: int) -> list[RunRecord]:
         """The conversation's runs, the newest first (bounded)."""

@@ -23,6 +23,7 @@ from storage.records import RunRecord
 from storage.sqlite_ops import Db, fetchall, fetchone, json_list
 from storage.sqlite_runs import RUN_FIELDS
 from storage.trace_records import (
+    AnswerTimings,
     ConversationFilter,
     ConversationSummary,
     FeedbackItem,
@@ -119,6 +120,13 @@ async def conversations(
 ) -> list[ConversationSummary]:
     text, args = queries.conversations_query(wanted, limit=limit, before=before, backend="sqlite")
     return [queries.conversation_summary(row) for row in await fetchall(db, text, args)]
+
+
+async def timings(
+    db: Db, since: float, channel_key: str | None, platform: str | None
+) -> AnswerTimings:
+    text, args = queries.timings_query(since, channel_key, platform, "sqlite")
+    return queries.answer_timings(await fetchall(db, text, args))
 
 
 async def conversation_runs(db: Db, conversation_id: int, limit: int) -> list[RunRecord]:

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from storage.records import RunRecord
 from storage.trace_records import (
+    AnswerTimings,
     ConversationFilter,
     ConversationSummary,
     FeedbackItem,
@@ -67,4 +68,11 @@ class TraceStore(Protocol):
     async def review_feedback(self, run_id: int, *, by: str, note: str) -> None:
         """Mark a run's feedback reviewed with a note (a later review replaces it);
         `KeyError` for an unknown run."""
+        ...
+
+    async def answer_timings(
+        self, *, since: float, channel_key: str | None = None, platform: str | None = None
+    ) -> AnswerTimings:
+        """Time to the first visible post and to the answer, p50/p95, over the answers shown
+        since `since` (the newest 100,000 at most), in one channel or on one platform."""
         ...

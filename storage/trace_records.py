@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeAlias
 __all__ = [
     "MAX_SEARCH_RESULTS",
     "MAX_TRACE_DATA_BYTES",
+    "AnswerTimings",
     "ConversationFilter",
     "ConversationSummary",
     "FeedbackItem",
@@ -58,6 +59,19 @@ class TraceEvent:
     duration_ms: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
     seq: int = 0  # its order within the run (set by the recorder)
+
+
+@dataclass(slots=True, frozen=True)
+class AnswerTimings:
+    """How long people waited, over the runs whose answer was shown in a period: from a run's
+    start to its first visible post and to its answer shown, p50 and p95 in milliseconds (None
+    without runs). `runs`: how many answers the figures are over."""
+
+    runs: int
+    first_post_p50_ms: float | None
+    first_post_p95_ms: float | None
+    answer_p50_ms: float | None
+    answer_p95_ms: float | None
 
 
 @dataclass(slots=True, frozen=True)

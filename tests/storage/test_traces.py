@@ -149,3 +149,33 @@ async def test_search_reaches_a_conversation_filter(store: ConversationStore) ->
     assert [s.key for s in found] == ["slack:T1:C1:1.0"]
     none = await store.console_conversations(ConversationFilter(search='"*)( OR'), limit=5)
     assert none == []
+
+
+async def test_answer_timings_are_percentiles_of_the_answers_shown_in_the_period(
+    store: ConversationStore,
+) -> None:
+    runs = []
+    for n in range(1, 21):
+        _, run = await a_run(store, f"slack:T1:C1:{n}.0")
+        runs.append(run)
+    _, elsewhere = await a_run(store, "discord:9:8")
+    await store.append_trace_events(
+        [
+            TraceEvent(run, "answer", 1000.0 + n, 100.0 * n, {"first_post_ms": 10.0 * n}, 1)
+            for n, run in enumerate(runs, start=1)
+        ]
+        + [
+            TraceEvent(runs[0], "model_call", 1000.0, 99_999.0, {}, 2),  # not an answer
+            TraceEvent(elsewhere, "answer", 1000.0, 50_000.0, {}, 1),  # no first post
+        ]
+    )
+    slack = await store.answer_timings(since=0.0, platform="slack")
+    assert slack.runs == 20
+    assert (slack.answer_p50_ms, slack.answer_p95_ms) == (1000.0, 1900.0)
+    assert (slack.first_post_p50_ms, slack.first_post_p95_ms) == (100.0, 190.0)
+    everywhere = await store.answer_timings(since=0.0)
+    assert everywhere.runs == 21 and everywhere.answer_p95_ms == 2000.0
+    late = await store.answer_timings(since=1015.5, channel_key="slack:T1:C1")
+    assert late.runs == 5 and late.answer_p50_ms == 1800.0
+    none = await store.answer_timings(since=10_000.0)
+    assert none.runs == 0 and none.answer_p50_ms is None and none.first_post_p95_ms is None
