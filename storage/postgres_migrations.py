@@ -305,6 +305,8 @@ MIGRATIONS: list[PgMigration] = [
         # goes by the trace recorder, bounded per event. Feedback reviews: a 👎 looked at,
         # with a note. Full-text search over messages: a generated tsvector of a user or
         # assistant message's text (its string content, or its text parts) with a GIN index.
+        # jsonb refuses the escape of NUL, which a text body may hold: it is read as a space
+        # (the same six characters' shape, so the JSON stays valid whatever precedes it).
         "m010_traces_search",
         """
         CREATE TABLE run_trace (
@@ -330,9 +332,12 @@ MIGRATIONS: list[PgMigration] = [
         ALTER TABLE messages ADD COLUMN search tsvector GENERATED ALWAYS AS (
             CASE WHEN role IN ('user', 'assistant') THEN jsonb_to_tsvector(
                 'simple'::regconfig,
-                jsonb_path_query_array(body::jsonb, '$.content ? (@.type() == "string")')
+                jsonb_path_query_array(
+                    replace(body, '\\u0000', '\\u0020')::jsonb, '$.content ? (@.type() == "string")'
+                )
                     || jsonb_path_query_array(
-                        body::jsonb, '$.content[*] ? (@.type == "text").text'
+                        replace(body, '\\u0000', '\\u0020')::jsonb,
+                        '$.content[*] ? (@.type == "text").text'
                     ),
                 '["string"]'
             ) END
