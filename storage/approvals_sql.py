@@ -53,3 +53,7 @@ APPROVALS_TABLE = """
             UNIQUE (run_id, call_id)
         )
         """
+APPROVALS_SCHEMA = (
+    APPROVALS_TABLE,
+    "CREATE INDEX approvals_pending ON approvals(id) WHERE state = 'pending'",
+)

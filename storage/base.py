@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from core.messages import Message, Usage
 from storage.approvals import ApprovalRecord, ApprovalState
+from storage.approvals_contract import ApprovalStore
 from storage.console_records import (
     ChannelActivity,
     ConsoleHealth,
@@ -60,9 +61,21 @@ from storage.records import (
     UsageSummary,
     Vote,
 )
+from storage.trace_contract import TraceStore
+from storage.trace_records import (
+    AnswerTimings,
+    ConversationFilter,
+    ConversationSummary,
+    FeedbackItem,
+    FeedbackReview,
+    SearchHit,
+    TraceEvent,
+    TraceKind,
+)
 
 __all__ = [
     "Accepted",
+    "AnswerTimings",
     "ApprovalRecord",
     "ApprovalState",
     "AuditEntry",
@@ -71,9 +84,13 @@ __all__ = [
     "ConsoleHealth",
     "ConsoleOverview",
     "Conversation",
+    "ConversationFilter",
     "ConversationStore",
+    "ConversationSummary",
     "DatabaseDamaged",
     "DayCost",
+    "FeedbackItem",
+    "FeedbackReview",
     "FeedbackTally",
     "Fence",
     "FencedOut",
@@ -94,17 +111,20 @@ __all__ = [
     "Schedule",
     "ScheduleState",
     "SchemaError",
+    "SearchHit",
     "SingleProcess",
     "StopRequest",
     "StoredMessage",
     "TooManySchedules",
+    "TraceEvent",
+    "TraceKind",
     "UsageSummary",
     "Vote",
     "coordination_of",
 ]
 
 
-class ConversationStore(Protocol):
+class ConversationStore(TraceStore, ApprovalStore, Protocol):
     """Persisted conversations. All methods commit before they return.
 
     Each method is one transaction that runs whole or not at all, even if its caller is
@@ -448,48 +468,6 @@ class ConversationStore(Protocol):
     async def console_health(self, *, errors_limit: int) -> ConsoleHealth:
         """The inbox's depth, runs in progress, live leases by holder, the last
         `errors_limit` failed runs, the database's size."""
-        ...
-
-    # approvals: a tool call waiting for a person's yes (bots.features.approvals)
-    async def add_approval(
-        self,
-        *,
-        conversation_id: int,
-        conversation_key: str,
-        channel_key: str,
-        run_id: int,
-        call_id: str,
-        tool_name: str,
-        request: dict[str, Any],
-        now: float,
-        expires_at: float,
-    ) -> ApprovalRecord:
-        """Store a pending request for the call, or return the one stored for it already (a
-        resumed run asks again: the first request, and any decision, stand). A request over
-        its bound as JSON: `ValueError`, nothing stored."""
-        ...
-
-    async def approval(self, approval_id: int) -> ApprovalRecord | None: ...
-
-    async def run_approvals(self, run_id: int) -> list[ApprovalRecord]:
-        """The run's requests, oldest first."""
-        ...
-
-    async def pending_approvals(self, *, limit: int) -> list[ApprovalRecord]:
-        """Requests still pending, oldest first."""
-        ...
-
-    async def decide_approval(
-        self,
-        approval_id: int,
-        state: ApprovalState,
-        *,
-        by: str | None,
-        by_name: str | None,
-        now: float,
-    ) -> ApprovalRecord | None:
-        """Decide a pending request; the decided record, or None if it was not pending (one
-        conditional UPDATE: of any number of deciders, on any instances, one wins)."""
         ...
 
     async def now(self) -> float:

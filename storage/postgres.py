@@ -46,6 +46,7 @@ from storage.postgres_approvals import PostgresApprovals
 from storage.postgres_batch import APPEND, AppendCall
 from storage.postgres_connections import Clock
 from storage.postgres_console import PostgresConsole
+from storage.postgres_console_conversations import PostgresConsoleConversations
 from storage.postgres_pool import Pool
 from storage.records import (
     Accepted,
@@ -70,7 +71,12 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).split(":", 1)[0] in ("postgresql", "postgres")
 
 
-class PostgresStore(PostgresApprovals, PostgresAuditLog, PostgresConsole):
+class PostgresStore(
+    PostgresApprovals,
+    PostgresConsoleConversations,
+    PostgresAuditLog,
+    PostgresConsole,
+):
     """Persisted conversations in a PostgreSQL database, shared by any number of instances.
 
         async with PostgresStore.open("postgresql://teammate@db/teammate") as store: ...

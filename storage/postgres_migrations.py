@@ -325,6 +325,51 @@ MIGRATIONS: list[PgMigration] = [
         CREATE INDEX approvals_pending ON approvals (id) WHERE state = 'pending';
         """,
     ),
+    PgMigration(
+        # Run traces (docs/architecture.md, "Run traces"): each step of a run, recorded as it
+        # goes by the trace recorder, bounded per event. Feedback reviews: a 👎 looked at,
+        # with a note. Full-text search over messages: a generated tsvector of a user or
+        # assistant message's text (its string content, or its text parts) with a GIN index.
+        # jsonb refuses the escape of NUL, which a text body may hold: it is read as a space
+        # (the same six characters' shape, so the JSON stays valid whatever precedes it).
+        "m011_traces_search",
+        """
+        CREATE TABLE run_trace (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_id BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            duration_ms DOUBLE PRECISION,
+            data JSONB NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX run_trace_run ON run_trace (run_id, seq);
+        CREATE INDEX run_trace_timing ON run_trace (kind, at)
+            WHERE kind = 'answer';
+        CREATE TABLE feedback_reviews (
+            run_id BIGINT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+            reviewed_by TEXT NOT NULL,
+            note TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX conversations_updated ON conversations (updated_at, id);
+        CREATE INDEX runs_user ON runs (user_id, started_at);
+        ALTER TABLE messages ADD COLUMN search tsvector GENERATED ALWAYS AS (
+            CASE WHEN role IN ('user', 'assistant') THEN jsonb_to_tsvector(
+                'simple'::regconfig,
+                jsonb_path_query_array(
+                    replace(body, '\\u0000', '\\u0020')::jsonb, '$.content ? (@.type() == "string")'
+                )
+                    || jsonb_path_query_array(
+                        replace(body, '\\u0000', '\\u0020')::jsonb,
+                        '$.content[*] ? (@.type == "text").text'
+                    ),
+                '["string"]'
+            ) END
+        ) STORED;
+        CREATE INDEX messages_search ON messages USING GIN (search);
+        """,
+    ),
 ]
 
 

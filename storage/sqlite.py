@@ -6,7 +6,9 @@ messages, compactions), `sqlite_inbox` (deliveries and the inbox), `sqlite_runs`
 `sqlite_usage` (the ledger and feedback), `sqlite_channel_config`, `sqlite_memory`,
 `sqlite_schedules`. Its connections, opening a file and how calls reach the driver are its
 base, `sqlite_connections.SqliteConnections`; when calls run alone and when together is
-`storage.batching`; rows to records is `storage.rows` (shared with PostgreSQL).
+`storage.batching`; rows to records is `storage.rows` (shared with PostgreSQL). Run traces,
+search and the console's conversation and feedback reads are its base
+`sqlite_console_conversations.SqliteConsoleConversations` (SQL: `sqlite_traces`).
 
 How it stays correct and fast (docs/architecture.md, "Storage"):
 - Two connections on one file (WAL): a writer, and a reader. Each has a batcher: a call made
@@ -65,10 +67,11 @@ from storage.records import (
 from storage.sqlite_approvals import SqliteApprovals
 from storage.sqlite_connections import Clock
 from storage.sqlite_console import SqliteConsole
+from storage.sqlite_console_conversations import SqliteConsoleConversations
 from storage.sqlite_ops import Db
 
 
-class SqliteStore(SqliteApprovals, SqliteAuditLog, SqliteConsole):
+class SqliteStore(SqliteApprovals, SqliteConsoleConversations, SqliteAuditLog, SqliteConsole):
     """Persisted conversations in one SQLite file, on aiosqlite. Open with `open(path)`:
 
         async with SqliteStore.open("teammate.db") as store: ...

@@ -28,8 +28,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from storage.approvals_sql import APPROVALS_TABLE
+from storage.approvals_sql import APPROVALS_SCHEMA
 from storage.base import DatabaseDamaged, SchemaError
+from storage.sqlite_schema_traces import TRACES_SEARCH
 
 # "Tmat" in ASCII: marks a file as a Teammate database (bytes 68-71 of the SQLite header).
 APPLICATION_ID = 0x546D6174
@@ -486,10 +487,12 @@ def m010_console(db: sqlite3.Connection) -> None:
 
 @migration
 def m011_approvals(db: sqlite3.Connection) -> None:
-    # A tool call waiting for a person's yes (issue 27): kept across restarts, decided once
-    # (a conditional UPDATE on `state`), one row per call of a run.
-    _run(
-        db,
-        APPROVALS_TABLE,
-        "CREATE INDEX approvals_pending ON approvals(id) WHERE state = 'pending'",
-    )
+    # A tool call waiting for a person's yes: one row per call, decided once (its module).
+    _run(db, *APPROVALS_SCHEMA)
+
+
+@migration
+def m012_traces_search(db: sqlite3.Connection) -> None:
+    # Run traces, feedback reviews, the console's indexes and full-text search over messages
+    # (docs/architecture.md, "Run traces" and "Search"): the statements are in their module.
+    _run(db, *TRACES_SEARCH)

@@ -24,7 +24,16 @@ from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 
-from bots.console import pages_audit, pages_channels, pages_health, pages_overview, signin
+from bots.console import (
+    conversations,
+    feedback,
+    metrics,
+    pages_audit,
+    pages_channels,
+    pages_health,
+    pages_overview,
+    signin,
+)
 from bots.console.web import (
     DEPS,
     MAX_FORM_BYTES,
@@ -60,6 +69,9 @@ PAGE_ROUTES: tuple[Mount, ...] = (
     pages_channels.add_routes,
     pages_audit.add_routes,
     pages_health.add_routes,
+    conversations.add_routes,
+    feedback.add_routes,
+    metrics.add_routes,
 )
 
 

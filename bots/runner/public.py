@@ -47,6 +47,7 @@ from bots.runner.service import ConversationService
 from bots.runner.shared import Shared, StopResult, SubmitResult
 from bots.settings import Settings
 from bots.surface.contract import Notice, Surface, SurfaceFactory
+from bots.traces.recorder import TraceRecorder
 from core.messages import Author, Usage
 from core.models.base import Model
 from core.tools import AnyTool
@@ -72,16 +73,23 @@ class ConversationRunner:
         surfaces: SurfaceFactory | None = None,
         clock: Callable[[], float] = time.time,
         channel_tools: Callable[[str], Sequence[AnyTool]] | None = None,
+        traces: TraceRecorder | None = None,
     ) -> None:
         # For the CLI, the scheduler and tests; adapters use `conversations`.
         self.store = store
+        # Each run's trace, recorded as it goes (docs/architecture.md, "Run traces").
+        self.traces = traces or TraceRecorder(store, secrets=settings.secrets())
         self.settings = settings
         self.conversations = ConversationService(store)
         # Several instances on one database (docs/architecture.md, "Several instances"): a
         # lease per conversation and notifications; a single-process store grants every lease.
         self._instances = coordination_of(store)
         self._shared = Shared(
-            store=store, settings=settings, instances=self._instances, surfaces=surfaces
+            store=store,
+            settings=settings,
+            instances=self._instances,
+            surfaces=surfaces,
+            traces=self.traces,
         )
         runs = Runs(
             self._shared,
@@ -196,7 +204,16 @@ class ConversationRunner:
         if conversation_key not in self._shared.active and self._instances.shared:
             self._others.publish_stop(conversation_key, run_id, by)
             return "stopped"
-        return self._drivers.stop(conversation_key, run_id, stop_reason(by))
+        running = self.current_run(conversation_key)
+        result = self._drivers.stop(conversation_key, run_id, stop_reason(by))
+        if result == "stopped":
+            scope = "run" if run_id is not None else "conversation"
+            self.traces.stopped(run_id or running, by, scope=scope)
+        return result
+
+    def inbox_depth(self) -> int:
+        """Messages accepted here and waiting for a run (for `/metrics`)."""
+        return sum(len(state.inbox) for state in self._shared.active.values())
 
     async def wait(self, conversation_key: str) -> None:
         """Return once the conversation has no run in progress and its surfaces are shown."""
@@ -250,6 +267,7 @@ class ConversationRunner:
         waits += [f.finished for feeds in shared.feeds.values() for f in feeds]
         if waits:
             await asyncio.wait(waits, timeout=timeout_s)
+        await self.traces.close()
 
     async def reset(self, conversation_key: str) -> bool:
         """Start the conversation afresh: later runs see nothing before this point."""

@@ -456,7 +456,7 @@ class Run:
         self, loaded: LoadedConversation, model: Model, *, force: bool
     ) -> LoadedConversation:
         self._fence.check("compacting")
-        return await compaction.compact_if_needed(
+        compacted = await compaction.compact_if_needed(
             self._store,
             self._settings.compaction,
             self._conversation,
@@ -465,6 +465,9 @@ class Run:
             force=force,
             fence=self._fence.token,
         )
+        if compacted is not loaded and self._shared.traces is not None and self._run.id:
+            self._shared.traces.compacted(self._run.id, compacted.compaction, forced=force)
+        return compacted
 
     async def _with_context_note(self, loaded: LoadedConversation, wanted: str) -> list[Message]:
         """The messages the model sees, with a channel context note appended (and stored, so
@@ -494,7 +497,4 @@ def _finished(record: RunRecord, final_text: str, error_text: str | None) -> Run
 
 
 def _last_assistant(messages: list[Message]) -> AssistantMessage | None:
-    for message in reversed(messages):
-        if isinstance(message, AssistantMessage):
-            return message
-    return None
+    return next((m for m in reversed(messages) if isinstance(m, AssistantMessage)), None)

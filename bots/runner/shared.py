@@ -22,6 +22,7 @@ from bots.inbox import ConversationState, Queued
 from bots.settings import Settings
 from bots.surface.contract import Notice, Surface, SurfaceFactory
 from bots.surface.feed import SurfaceFeed
+from bots.traces.recorder import TraceRecorder
 from bots.workspaces import Workspaces
 from storage.base import ConversationStore, Fence, InstanceCoordination
 
@@ -46,6 +47,7 @@ class Shared:
         settings: Settings,
         instances: InstanceCoordination,
         surfaces: SurfaceFactory | None,
+        traces: TraceRecorder | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -59,10 +61,13 @@ class Shared:
         self.closing = False
         self.background: set[asyncio.Task[None]] = set()
         self._surfaces = surfaces
+        self.traces = traces  # sees every feed's events: the run traces (bots.traces)
         self._fences: dict[int, Fence] = {}  # by run, while its feed shows it
 
     def feed(self, key: str, surface: Surface, *, run_id: int | None = None) -> SurfaceFeed:
-        feed = SurfaceFeed(surface, on_ref_change=self._ref_changed, name=key, run_id=run_id)
+        feed = SurfaceFeed(
+            surface, on_ref_change=self._ref_changed, name=key, run_id=run_id, tap=self.traces
+        )
         feeds = self.feeds.setdefault(key, set())
         feeds.add(feed)
 

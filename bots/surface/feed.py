@@ -15,6 +15,11 @@ Bounded: once `limit` events wait (the one being shown counts), further text del
 results (`tool_execution_update`) are snapshots, each superseding the last: at most one per
 tool call waits, the newest (a chatty command behind a slow surface no longer grows the queue).
 The other events are few per run (bounded by the turn cap and the tools per turn).
+
+A `FeedTap` (the trace recorder: `bots.traces`) sees each event as it is put (but those it
+has no use for: a reply's deltas and a tool's partial results, starts and turn ends), and hears when
+the surface first showed something of a run and when it showed the run's end; it must not
+block or raise (a failure is logged and the surface goes on).
 """
 
 from __future__ import annotations
@@ -24,16 +29,35 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
-from bots.surface.contract import Checkpointed, RunStarted, Surface, SurfaceEvent
-from core.events import MessageUpdate, ToolExecutionUpdate
+from bots.surface.contract import Checkpointed, RunFinished, RunStarted, Surface, SurfaceEvent
+from core.events import (
+    AgentStart,
+    MessageStart,
+    MessageUpdate,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+    TurnEnd,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT = 1_000
 
 RefChanged = Callable[[int, dict[str, Any]], Awaitable[object]]
+ShownMoment = Literal["first_post", "answer"]
+# Shown, these count as the run's first visible post even if the surface's ref never moves.
+_VISIBLE = (MessageUpdate, ToolExecutionStart, RunFinished)
+# The many deltas of a reply: a tap never sees them (a trace keeps the reply, not its stream).
+_UNTAPPED = (MessageUpdate, ToolExecutionUpdate, AgentStart, MessageStart, TurnEnd)
+
+
+class FeedTap(Protocol):
+    """Sees a feed's events (`bots.traces.TraceRecorder`). Never blocks, never raises."""
+
+    def put(self, run_id: int | None, event: SurfaceEvent) -> None: ...
+    def shown(self, run_id: int, moment: ShownMoment) -> None: ...
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,6 +80,7 @@ class SurfaceFeed:
         limit: int = DEFAULT_LIMIT,
         name: str = "surface",
         run_id: int | None = None,
+        tap: FeedTap | None = None,
     ) -> None:
         self.surface = surface
         self.dropped_deltas = 0
@@ -71,6 +96,9 @@ class SurfaceFeed:
         self._closing = False
         self._abandoned = False
         self._run_id = run_id  # else learnt from the run_started it shows
+        self._tap = tap
+        self._put_run_id = run_id  # the run of the events put (the shown one may lag)
+        self._posted = False  # the run's first visible post was reported to the tap
         self._ref = self._read_ref()
         if isinstance(surface, Checkpointed):
             surface.set_checkpoint(self._checkpoint)
@@ -87,6 +115,10 @@ class SurfaceFeed:
         if self._closing:
             log.warning("event %s for a closed surface dropped", event.type)
             return
+        if self._tap is not None and not isinstance(event, _UNTAPPED):
+            if isinstance(event, RunStarted):
+                self._put_run_id = event.run_id
+            self._tell(lambda tap: tap.put(self._put_run_id, event))
         if isinstance(event, MessageUpdate) and self.waiting >= self._limit:
             self.dropped_deltas += 1
             return
@@ -144,7 +176,10 @@ class SurfaceFeed:
                     await _guarded(self.surface.emit(event), f"show {event.type}")
                 finally:
                     self._showing = False
-                if self._ref_moved() and not self._abandoned:
+                moved = self._ref_moved()
+                if self._tap is not None and (not self._posted or isinstance(event, RunFinished)):
+                    self._note_shown(event, moved)
+                if moved and not self._abandoned:
                     await self._record_ref()
             if self._abandoned:
                 self._finish()
@@ -180,6 +215,27 @@ class SurfaceFeed:
     def _note_run(self, event: SurfaceEvent) -> None:
         if isinstance(event, RunStarted):
             self._run_id = event.run_id
+            self._posted = False
+
+    def _note_shown(self, event: SurfaceEvent, moved: bool) -> None:
+        """Tell the tap when the run's first post (the surface's ref moved, or text, a tool
+        or the end was shown) and its end were shown."""
+        run_id = self._run_id
+        if run_id is None:
+            return
+        if not self._posted and (moved or isinstance(event, _VISIBLE)):
+            self._posted = True
+            self._tell(lambda tap: tap.shown(run_id, "first_post"))
+        if isinstance(event, RunFinished):
+            self._tell(lambda tap: tap.shown(run_id, "answer"))
+
+    def _tell(self, call: Callable[[FeedTap], None]) -> None:
+        if self._tap is None:
+            return
+        try:
+            call(self._tap)
+        except Exception:
+            log.exception("the feed's tap failed")
 
     def _read_ref(self) -> dict[str, Any]:
         try:
