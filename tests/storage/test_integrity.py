@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -35,10 +37,15 @@ def damage_middle_pages(db_path: Path) -> None:
 
 
 def damage_a_page_header(db_path: Path) -> None:
-    """A few wrong bytes in one page's cell pointers: SQLite reports rows out of order."""
-    pages = db_path.stat().st_size // PAGE
+    """A few wrong bytes in one page's cell pointers (the messages table's root page: a page
+    found by position may be a free one, whose damage no check can see): SQLite reports rows
+    out of order."""
+    with closing(sqlite3.connect(db_path)) as db:
+        (root,) = db.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'messages'"
+        ).fetchone()
     with db_path.open("r+b") as file:
-        file.seek((pages // 2) * PAGE + 8)
+        file.seek((int(root) - 1) * PAGE + 8)
         file.write(b"\x07" * 24)
 
 
