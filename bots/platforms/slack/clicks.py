@@ -1,4 +1,4 @@
-"""The Stop and 👍/👎 buttons on Slack, and Slack's own stop on an agent session.
+"""The Stop, 👍/👎 and approval buttons on Slack, and Slack's own stop on an agent session.
 
 Owns: reading a block-actions payload (`parse_click`) and an `agent_session_stopped` envelope
 (`parse_native_stop`), and `SlackClicks`, which turns them into the shared checks of
@@ -6,7 +6,8 @@ Owns: reading a block-actions payload (`parse_click`) and an `agent_session_stop
 can only stop a run of the thread it was clicked in), people of another organisation (a Slack
 Connect channel: `[slack] external_teams`, as for their messages), and the allow-lists
 (`bots.access`), with a private note for a refusal or a stale Stop. A vote is shown by Slack's
-own feedback buttons, so it gets no note.
+own feedback buttons, so it gets no note. An approval is decided through
+`bots.features.approvals_clicks`, the presser an admin by `[slack] admins`.
 
 Must not: stop or count anything but through `bots.features.clicks` and the runner, or write SQL.
 """
@@ -20,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bots.access import access_refusal
+from bots.features.approvals_clicks import ApprovalClick, approval_click
 from bots.features.clicks import RunClick, feedback_click, stop_click
 from bots.incoming import Incoming
+from bots.platforms.slack.approval_blocks import parse_approval
 from bots.platforms.slack.blocks import parse_feedback_value, parse_stop_value
 from bots.platforms.slack.refusals import external_refusal
 from bots.platforms.slack.users import UserNames
@@ -82,16 +85,10 @@ class SlackClicks:
         # The button sits in the answer's thread: that thread is the conversation, so a
         # button can only ever stop a run of the thread it was clicked in. Its team is the
         # installation's (the key's), or the clicker's in a channel shared between workspaces.
-        keys = [
-            f"slack:{team}:{click.channel_id}:{click.thread_ts}"
-            for team in dict.fromkeys((self._team_id, click.team_id))
-            if team
-        ]
+        keys = [f"{channel}:{click.thread_ts}" for channel in self._channel_keys(click)]
         key = next((k for k in keys if self._runner.current_run(k) == run_id), keys[0])
         name = await self._names.name(click.user_id)
-        refusal = self._external_refusal(click) or access_refusal(
-            self._settings, _clicker(click, key, name)
-        )
+        refusal = self._refusal(click, _clicker(click, key, name))
         if refusal is not None:
             await self._ephemeral(click.channel_id, click.user_id, click.thread_ts, refusal)
             return
@@ -132,16 +129,12 @@ class SlackClicks:
         # Counted only from people allowed here, and only for a run of the channel clicked in
         # (a value naming another channel's run is a forgery): the key's team is the
         # installation's, or the clicker's in a channel shared between workspaces.
-        channels = [
-            f"slack:{team}:{click.channel_id}"
-            for team in dict.fromkeys((self._team_id, click.team_id))
-            if team
-        ]
+        channels = self._channel_keys(click)
         if not click.channel_id or not channels:
             return
         name = await self._names.name(click.user_id)
         clicker = _clicker(click, f"{channels[0]}:{click.thread_ts or ''}", name)
-        refusal = self._external_refusal(click) or access_refusal(self._settings, clicker)
+        refusal = self._refusal(click, clicker)
         if refusal is not None:
             await self._ephemeral(click.channel_id, click.user_id, click.thread_ts, refusal)
             return
@@ -152,6 +145,41 @@ class SlackClicks:
             conversation_keys=(clicker.conversation_key,),
         )
         await feedback_click(self._runner, pressed, choice)  # shown by Slack's own buttons
+
+    async def handle_approval_click(self, click: ButtonClick) -> None:
+        """Approve / Deny / Approve the rest: Slack's checks (value, organisation, allow-lists,
+        admin from the click's own `user.id`), then the shared decision; a refusal's note is
+        private."""
+        parsed = parse_approval(click.value)
+        channels = self._channel_keys(click)
+        if parsed is None or not click.channel_id or not channels:
+            log.warning("an approval button with an unreadable value was clicked")
+            return
+        choice, approval_id = parsed
+        name = await self._names.name(click.user_id)
+        clicker = _clicker(click, f"{channels[0]}:{click.thread_ts or ''}", name)
+        refusal = self._refusal(click, clicker)
+        if refusal is None:
+            pressed = ApprovalClick(
+                approval_id,
+                choice,
+                clicker.author,
+                is_admin=click.user_id in self._settings.slack.admins,
+                channel_keys=tuple(channels),
+            )
+            refusal = await approval_click(self._runner.approvals, pressed)
+        if refusal is not None:
+            await self._ephemeral(click.channel_id, click.user_id, click.thread_ts, refusal)
+
+    def _channel_keys(self, click: ButtonClick) -> list[str]:
+        """The channel clicked in: the installation's team's key, and the clicker's team's in a
+        channel shared between workspaces."""
+        teams = dict.fromkeys((self._team_id, click.team_id))
+        return [f"slack:{team}:{click.channel_id}" for team in teams if team]
+
+    def _refusal(self, click: ButtonClick, clicker: Incoming) -> str | None:
+        """Why the clicker may not act here (another organisation, the allow-lists), or None."""
+        return self._external_refusal(click) or access_refusal(self._settings, clicker)
 
     def _external_refusal(self, click: ButtonClick) -> str | None:
         """A click by a person of another organisation is refused as their messages are. Slack

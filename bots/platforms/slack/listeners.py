@@ -40,7 +40,6 @@ from bots.delivery_dedup import DeliveryDedup
 from bots.journal import EventJournal, Replay
 from bots.known_threads import KnownConversations
 from bots.platforms.slack.approval_blocks import APPROVAL_ACTION_IDS
-from bots.platforms.slack.approval_clicks import SlackApprovalClicks
 from bots.platforms.slack.backfill import thread_backfill
 from bots.platforms.slack.blocks import (
     FEEDBACK_ACTION_ID,
@@ -132,13 +131,6 @@ class SlackListeners:
             names=names,
             ephemeral=self._ephemeral,
         )
-        self._approval_clicks = SlackApprovalClicks(
-            runner=runner,
-            settings=settings,
-            team_id=identity.team_id,
-            names=names,
-            ephemeral=self._ephemeral,
-        )
 
     # -- registration ------------------------------------------------------------------------
 
@@ -214,7 +206,7 @@ class SlackListeners:
         await ack()
         click = parse_click(body)
         if click is not None:
-            self._spawn(self._approval_clicks.handle(click), f"approval:{click.channel_id}")
+            self._spawn(self._clicks.handle_approval_click(click), f"approval:{click.channel_id}")
 
     # -- the work, after the acknowledgement ------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -35,9 +36,7 @@ class ApprovalMessages:
     """A base of `SlackSurface`: its `_calls` and `_want_status` are the surface's."""
 
     _calls: ThreadCalls
-
-    def _want_status(self, status: str) -> None:
-        raise NotImplementedError
+    _want_status: Callable[[str], None]
 
     @property
     def _approval_posts(self) -> dict[int, _Posted]:
