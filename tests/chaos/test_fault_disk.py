@@ -96,14 +96,19 @@ async def test_a_database_locked_by_another_program_is_said_and_then_answered(
         ts = await app.mention("first question")
         await app.settle()
 
-        other = sqlite3.connect(app.settings.database_path, isolation_level=None)
+        # Another program holds the database. Its lock is taken from another thread, as
+        # another process would: taken on the event loop, it would wait (busy_timeout) on
+        # a write of ours in flight that needs the loop to commit, and fail after 5 s.
+        other = sqlite3.connect(
+            app.settings.database_path, isolation_level=None, check_same_thread=False
+        )
         with captured_logs() as logs:
-            other.execute("BEGIN EXCLUSIVE")  # another program holds the database
+            await asyncio.to_thread(other.execute, "BEGIN EXCLUSIVE")
             try:
                 await app.mention("while locked", thread_ts=ts)
                 await app.settle()
             finally:
-                other.execute("ROLLBACK")
+                await asyncio.to_thread(other.execute, "ROLLBACK")
                 other.close()
         shown = _everything_shown(slack)
         assert STORE_TEXT in shown and "send it again" in shown
