@@ -43,7 +43,8 @@ from tools.workspace import (
     Root,
     WalkStats,
     open_dir,
-    read_file,
+    open_file,
+    read_fd,
     replace_file,
     walk_tree,
 )
@@ -168,12 +169,15 @@ class EditTool(AgentTool[EditParams]):
 
 def _edit(ctx: ToolContext, params: EditParams) -> ToolResult:
     with Root(ctx.workspace) as root:
-        data, shown = read_file(root, params.path, max_bytes=MAX_FILE_BYTES)
-        if len(data) > MAX_EDIT_FILE_BYTES:
+        fd, shown = open_file(root, params.path)
+        size = os.fstat(fd).st_size
+        if size > MAX_EDIT_FILE_BYTES:  # refused by its size: a refusal reads nothing
+            os.close(fd)
             raise ToolError(
-                f"'{shown}' is too large to edit ({format_size(len(data))}; at most "
+                f"'{shown}' is too large to edit ({format_size(size)}; at most "
                 f"{format_size(MAX_EDIT_FILE_BYTES)})."
             )
+        data = read_fd(fd, shown, max_bytes=MAX_EDIT_FILE_BYTES)  # refuses one that grew
         decoded = decode_text(data)
         if decoded is None:
             raise ToolError(f"'{shown}' is a binary file and cannot be edited as text.")

@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import shutil
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,6 +180,24 @@ async def test_write_and_edit_content_is_capped(workspace: Path) -> None:
     (workspace / "big.txt").write_bytes(b"y" * (MAX_EDIT_FILE_BYTES + 1))
     with pytest.raises(ToolError, match="too large to edit"):
         await EditTool().execute("c", EditParams(path="big.txt", old_text="y", new_text="z"), ctx)
+
+
+async def test_a_file_too_large_to_edit_is_refused_without_reading_it(workspace: Path) -> None:
+    # 60 MB (sparse: instant to make): the refusal is by its size, not after reading it,
+    # so refusing costs no memory (it read up to 64 MB first, then refused at 16 MB).
+    with (workspace / "huge.txt").open("wb") as handle:
+        handle.truncate(60 * 1024 * 1024)
+    ctx = make_ctx(workspace)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ToolError, match=r"too large to edit \(60\.0 MB"):
+            await EditTool().execute(
+                "c", EditParams(path="huge.txt", old_text="a", new_text="b"), ctx
+            )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, f"refusing allocated {peak / 2**20:.1f} MiB"
 
 
 async def test_edit_on_a_big_file_counts_briefly_and_diffs_locally(workspace: Path) -> None:
