@@ -295,3 +295,60 @@ async def test_steering_and_stop_reach_the_instance_running_the_conversation(
     await cluster.wait(lambda: STOPPED_REACTION in cluster.fake.reactions(CHANNEL, held["ts"]))
     await cluster.runs_closed()  # closed, not left open: the stop ended the run
     assert cluster.answers(held["ts"]) == []
+
+
+async def test_an_instance_sigstopped_in_a_tool_past_its_lease_lands_nothing_after_sigcont(
+    cluster: Cluster,
+) -> None:
+    # Issue 24, R3, with a real pause: instance 0 is SIGSTOPped inside a tool call for longer
+    # than its lease (1 s); instance 1 takes the conversation over, announces the interruption
+    # and answers the next message. Then the tool's gate opens and instance 0 is resumed:
+    # without fencing it finished the tool, asked the model, appended `re tok:z-0` after the
+    # survivor's answer and showed it, done, in a thread already told it was interrupted.
+    first = _mention(cluster, "tok:z-0 hold:paused")
+    root = first["ts"]
+    await cluster.send(first, 0)
+    await cluster.wait(lambda: "Hold" in json.dumps(cluster.fake.bot_replies(CHANNEL, root)))
+    paused = cluster.instances[0].process
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        await cluster.wait(lambda: cluster.interruptions(root) >= 1)
+        follow = _mention(cluster, "tok:z-1", thread_ts=root)
+        await cluster.send(follow, 1)
+        await cluster.wait(
+            lambda: (
+                "z-1" in cluster.answers(root)
+                and DONE_REACTION in cluster.fake.reactions(CHANNEL, follow["ts"])
+            )
+        )
+        shown = json.dumps(cluster.fake.bot_replies(CHANNEL, root), sort_keys=True)
+        reactions = sorted(cluster.fake.reactions(CHANNEL, root))
+        cluster.open_gate("paused")  # the tool call returns as soon as instance 0 runs again
+    finally:
+        paused.send_signal(signal.SIGCONT)
+
+    # Instance 0 is awake and working (it answers a new thread), and has had time to act on
+    # the run it was paused in: a hold polls its gate every 20 ms, its lease renewal runs at
+    # least every TTL/3.
+    probe = _mention(cluster, "tok:z-probe")
+    await cluster.send(probe, 0)
+    await cluster.wait(
+        lambda: (
+            "z-probe" in cluster.answers(probe["ts"])
+            and DONE_REACTION in cluster.fake.reactions(CHANNEL, probe["ts"])
+        )
+    )
+    await asyncio.sleep(2.0)  # a window for anything late to show (nothing may)
+
+    assert json.dumps(cluster.fake.bot_replies(CHANNEL, root), sort_keys=True) == shown
+    assert sorted(cluster.fake.reactions(CHANNEL, root)) == reactions
+    assert cluster.answers(root) == ["z-1"] and cluster.interruptions(root) == 1
+    conversation = await cluster.store.get_conversation(
+        f"slack:{cluster.fake.team_id}:{CHANNEL}:{root}"
+    )
+    assert conversation is not None
+    stored = json.dumps(
+        [s.message.text() for s in (await cluster.store.load(conversation.id)).messages]
+    )
+    assert "re tok:z-0" not in stored and "re tok:z-1" in stored
+    await cluster.runs_closed()
