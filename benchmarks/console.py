@@ -1,23 +1,30 @@
 """The console's pages over a large database, on SQLite and on PostgreSQL.
 
-Seeds 100,000 messages, 10,000 runs (with their usage, a vote on one in ten) and 50 channels
-(2,000 conversations, spread over the last 45 days, and 1,000 audit entries) on each backend —
-seeded with bulk inserts, the store having made the schema — then serves the console
-(`bots.console`, in this process, on 127.0.0.1) and requests each page `REQUESTS` times,
-signed in as an admin. Server time is the time from sending the request to the last byte of
-the answer (on this machine's loopback, so an upper bound of the server's). Page weight is the
-HTML's size (the shipped scripts and stylesheet are cached once, and counted apart).
+Seeds 100,000 messages, 10,000 runs (with their usage, a vote on one in ten, and each run's
+trace: a model call, a tool call with 2 KB of result, its answer with its first visible post,
+30,000 trace rows) and 50 channels (2,000 conversations, spread over the last 45 days, and
+1,000 audit entries) on each backend — seeded with bulk inserts, the store having made the
+schema; SQLite's search index caught up once after seeding, as the trace recorder keeps it
+while Teammate runs — then serves the console (`bots.console`, in this process, on 127.0.0.1)
+and requests each page `REQUESTS` times, signed in as an admin. Server time is the time from
+sending the request to the last byte of the answer (on this machine's loopback, so an upper
+bound of the server's). Page weight is the HTML's size (the shipped scripts and stylesheet are
+cached once, and counted apart).
 
-Pages: the overview (30 days, all channels), the overview of one channel (a filtered view),
-the channel list, one channel's page, the audit log, health. The Conversations list, the
-search and a conversation's page are the other half of the console; their keys are added here
-when they are merged (`search_p95_ms`, `conversation_p95_ms`).
+Pages (`--pages overview`): the overview (30 days, all channels, its waiting times from the
+traces' answers), the overview of one channel (a filtered view), the channel list, one
+channel's page, the audit log, health. `--pages conversations`: the Conversations list, a
+filtered list (platform, outcome, feedback), a search for a word in half of the messages (the
+worst case: the newest matches are sorted out of 50,000), a conversation (50 messages, 5 runs
+and their traces), the Feedback page (30 voted runs with their traces). Both by default, over
+one seed. (`benchmarks.console_conversations` is this with `--pages conversations`.)
 
-Run: `uv run python -m benchmarks.console` (`--backends sqlite`, `--requests 50`). The
-PostgreSQL server as in `benchmarks/pg_bench.py`. Prints the conditions, a table per backend,
-then one JSON line with `overview_p95_ms`, `filtered_p95_ms`, `channels_p95_ms`,
-`channel_p95_ms`, `audit_p95_ms`, `health_p95_ms`, `page_kb_max` and the same with `_pg`.
-Targets: every p95 ≤ 150 ms, pages ≤ 300 KB. A measurement, not a test.
+Run: `uv run python -m benchmarks.console` (`--backends sqlite`, `--requests 50`, `--pages`).
+The PostgreSQL server as in `benchmarks/pg_bench.py`. Prints the conditions, a table per
+backend, then one JSON line with `<page>_p95_ms` for each page measured (`overview`,
+`filtered`, `channels`, `channel`, `audit`, `health`, `conversations`,
+`conversations_filtered`, `search`, `conversation`, `feedback`), `page_kb_max`, and the same
+with `_pg`. Targets: every p95 ≤ 150 ms, pages ≤ 300 KB. A measurement, not a test.
 """
 
 from __future__ import annotations
@@ -60,13 +67,23 @@ DAYS = 45
 REQUESTS = 50
 WARMUP = 5
 CHANNEL = "slack:T1:C7"
-PAGES = {
-    "overview": "/",
-    "filtered": f"/?platform=slack&channel={CHANNEL}",
-    "channels": "/channels",
-    "channel": f"/channels/{CHANNEL}",
-    "audit": "/audit",
-    "health": "/health",
+CONVERSATION = "slack:T1:C7:7.0"
+PAGE_SETS = {
+    "overview": {
+        "overview": "/",
+        "filtered": f"/?platform=slack&channel={CHANNEL}",
+        "channels": "/channels",
+        "channel": f"/channels/{CHANNEL}",
+        "audit": "/audit",
+        "health": "/health",
+    },
+    "conversations": {
+        "conversations": "/conversations",
+        "conversations_filtered": "/conversations?platform=slack&outcome=error&feedback=down",
+        "search": "/conversations?q=tuesdays",
+        "conversation": "/conversations/" + CONVERSATION.replace(":", "%3A"),
+        "feedback": "/feedback",
+    },
 }
 
 
@@ -123,7 +140,46 @@ def rows(now: float, seed: int = 7) -> dict[str, list[tuple[Any, ...]]]:
         "usage_ledger": ledger,
         "run_feedback": votes,
         "audit_log": sorted(audit),
+        "run_trace": trace_rows(runs),
     }
+
+
+def trace_rows(runs: list[tuple[Any, ...]], seed: int = 11) -> list[tuple[Any, ...]]:
+    """Each run's trace: a model call, a tool call with a bounded 2 KB result, its answer."""
+    rng = random.Random(seed)
+    result = "line of output\n" * 140  # about 2 KB, as a tool's bounded result
+    rows: list[tuple[Any, ...]] = []
+    for run in runs:
+        run_id, started, finished = run[0], run[3], run[4]
+        model = {
+            "turn": 1,
+            "model": "m",
+            "input": 1000,
+            "output": 200,
+            "cache_read": 0,
+            "cache_write": 0,
+            "cost": 0.01,
+            "stop_reason": "tool_use",
+            "tool_calls": 1,
+        }
+        tool = {
+            "tool": "read",
+            "label": "Read notes.md",
+            "arguments": {"text": '{"path": "notes.md"}'},
+            "result": {"text": result},
+            "error": None,
+        }
+        answer = {"first_post_ms": rng.uniform(300, 1500)}
+        for seq, (kind, ms, data) in enumerate(
+            [
+                ("model_call", rng.uniform(800, 4000), model),
+                ("tool_call", 12.0, tool),
+                ("answer", (finished - started) * 1000, answer),
+            ],
+            start=1,
+        ):
+            rows.append((run_id, seq, kind, started + seq, ms, json.dumps(data)))
+    return rows
 
 
 def _text(body: str | bytes) -> str:
@@ -139,6 +195,7 @@ COLUMNS = {
     "output_tokens, cost_usd",
     "run_feedback": "run_id, user_id, vote, at",
     "audit_log": "at, actor, action, target, origin, detail",
+    "run_trace": "run_id, seq, kind, at, duration_ms, data",
 }
 EXTRA = {"usage_ledger": ", cache_read_tokens, cache_write_tokens"}
 
@@ -181,7 +238,9 @@ async def seed_postgres(url: str, data: dict[str, list[tuple[Any, ...]]]) -> Non
         await connection.close()
 
 
-async def measure(store: Any, settings: Settings, requests: int) -> dict[str, Any]:
+async def measure(
+    store: Any, settings: Settings, requests: int, pages: dict[str, str]
+) -> dict[str, Any]:
     console = await open_console(settings, store)
     await console.start("127.0.0.1", 0)
     try:
@@ -192,7 +251,7 @@ async def measure(store: Any, settings: Settings, requests: int) -> dict[str, An
         async with aiohttp.ClientSession(
             cookies={SESSION_COOKIE: cookie}, cookie_jar=aiohttp.CookieJar(unsafe=True)
         ) as http:
-            for name, path in PAGES.items():
+            for name, path in pages.items():
                 times, size = [], 0
                 for n in range(WARMUP + requests):
                     started = time.perf_counter()
@@ -213,7 +272,9 @@ async def measure(store: Any, settings: Settings, requests: int) -> dict[str, An
         await console.close()
 
 
-async def run_backend(name: str, url: str | None, requests: int, tmp: Path) -> dict[str, Any]:
+async def run_backend(
+    name: str, url: str | None, requests: int, tmp: Path, pages: dict[str, str]
+) -> dict[str, Any]:
     settings = Settings(data_dir=tmp, model="scripted", slack=SlackSettings(admins=["UADMIN"]))
     now = time.time()
     started = time.perf_counter()
@@ -229,27 +290,39 @@ async def run_backend(name: str, url: str | None, requests: int, tmp: Path) -> d
             pass
         await seed_postgres(url, data)
         opening = PostgresStore.open(url)
-    print(f"{name}: seeded in {time.perf_counter() - started:.1f} s", flush=True)
     async with opening as store:
-        return await measure(store, settings, requests)
+        indexed = await store.catch_up_search()
+        print(
+            f"{name}: seeded in {time.perf_counter() - started:.1f} s "
+            f"({indexed:,} messages indexed after seeding)",
+            flush=True,
+        )
+        return await measure(store, settings, requests, pages)
 
 
 def table(name: str, figures: dict[str, Any]) -> None:
-    print(f"\n{name}: page        p50 ms   p95 ms   KB")
+    print(f"\n{name}: page{'':<20}p50 ms   p95 ms   KB")
     for page, f in figures.items():
-        print(f"  {page:<16} {f['p50_ms']:7.1f}  {f['p95_ms']:7.1f}  {f['kb']:6.1f}")
+        print(f"  {page:<24}{f['p50_ms']:7.1f}  {f['p95_ms']:7.1f}  {f['kb']:6.1f}")
 
 
-def main() -> None:
+def main(default_pages: str = "overview,conversations") -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--requests", type=int, default=REQUESTS)
+    parser.add_argument("--pages", default=default_pages, help="overview, conversations or both")
     args = parser.parse_args()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    pages: dict[str, str] = {}
+    for wanted in (p.strip() for p in args.pages.split(",") if p.strip()):
+        if wanted not in PAGE_SETS:
+            parser.error(f"--pages: one of {', '.join(PAGE_SETS)}, not {wanted[:40]!r}")
+        pages.update(PAGE_SETS[wanted])
     print(
         f"conditions: {platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; {MESSAGES:,} messages, "
-        f"{RUNS:,} runs, {CHANNELS} channels, {CONVERSATIONS:,} conversations; "
+        f"{RUNS:,} runs (3 trace rows each), {CHANNELS} channels, "
+        f"{CONVERSATIONS:,} conversations; "
         f"{args.requests} requests per page after {WARMUP} to warm up"
     )
     result: dict[str, Any] = {}
@@ -268,7 +341,9 @@ def main() -> None:
                 url: str | None = server.schema_url(schema)
             else:
                 url = None
-            figures = asyncio.run(run_backend(backend, url, args.requests, Path(tmp) / backend))
+            figures = asyncio.run(
+                run_backend(backend, url, args.requests, Path(tmp) / backend, pages)
+            )
             table(backend, figures)
             for page, f in figures.items():
                 result[f"{page}_p95_ms{suffix}"] = round(f["p95_ms"], 1)

@@ -1,11 +1,12 @@
 """The Overview page: the last 30 days at a glance, for a platform or a channel.
 
 Owns: the filters (platform, channel), the figures (answers, people, failures and
-interruptions, 👍/👎, cost, time to answer p50/p95), the cost per day stacked by channel (the
+interruptions, 👍/👎, cost, time to the first visible post and to the answer shown p50/p95, as
+the trace recorder timed them: `store.answer_timings`), the cost per day stacked by channel (the
 busiest `TOP_CHANNELS`, the rest as "other"; drawn by Chart.js from a JSON block, no inline
 script), and each budget against its limit today.
 
-Must not: write SQL (`store.console_overview`).
+Must not: write SQL (`store.console_overview`, `store.answer_timings`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from aiohttp import web
 
 from bots.console.web import deps_of, render
 from bots.settings import Settings
-from storage.base import ConsoleOverview
+from storage.base import AnswerTimings, ConsoleOverview
 
 PERIOD_DAYS = 30
 TOP_CHANNELS = 8
@@ -64,6 +65,29 @@ def cost_chart(overview: ConsoleOverview, days: list[str]) -> dict[str, Any]:
     return {"labels": days, "datasets": datasets}
 
 
+def seconds(ms: float | None) -> str:
+    return "—" if ms is None else f"{ms / 1000.0:.1f} s"
+
+
+def timing_cards(overview: ConsoleOverview, timings: AnswerTimings) -> list[tuple[str, str]]:
+    """(value, label) of the waiting times: from each run's start to its first visible post
+    and to its answer shown, as recorded. Without any recorded answer in the period (runs
+    from before traces), the answer's figures are the runs' own durations."""
+    if timings.runs:
+        answer = [seconds(timings.answer_p50_ms), seconds(timings.answer_p95_ms)]
+    else:
+        answer = [
+            seconds(None if s is None else s * 1000.0)
+            for s in (overview.answer_p50_s, overview.answer_p95_s)
+        ]
+    return [
+        (seconds(timings.first_post_p50_ms), "first visible post, p50"),
+        (seconds(timings.first_post_p95_ms), "first visible post, p95"),
+        (answer[0], "time to answer, p50"),
+        (answer[1], "time to answer, p95"),
+    ]
+
+
 def budgets(settings: Settings, overview: ConsoleOverview, today: str) -> list[dict[str, Any]]:
     """Today's spend of each channel against `[budgets] channel_usd_per_day`, and the other
     limits as configured."""
@@ -95,6 +119,7 @@ async def overview_page(request: web.Request) -> web.Response:
     overview = await deps.store.console_overview(
         since=since, platform=platform, channel_key=channel
     )
+    timings = await deps.store.answer_timings(since=since, channel_key=channel, platform=platform)
     votes = overview.votes_up + overview.votes_down
     return render(
         request,
@@ -107,6 +132,8 @@ async def overview_page(request: web.Request) -> web.Response:
             "platforms": PLATFORMS,
             "chart": cost_chart(overview, days),
             "up_rate": None if votes == 0 else overview.votes_up / votes,
+            "timings": timing_cards(overview, timings),
+            "timed_answers": timings.runs,
             "budgets": budgets(deps.settings, overview, days[-1]),
             "since": since,
         },

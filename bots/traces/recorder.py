@@ -5,7 +5,10 @@ events it is given (the same ones a surface shows) and of the moments its surfac
 run's first post and its end; plus `stopped` (who stopped a run: the runner's `stop`) and
 `compacted` (a run's compaction). Each becomes a `storage.base.TraceEvent` shaped by
 `bots.traces.shaping` (secrets masked, sizes bounded) and waits in a bounded queue that a
-background task writes in batches (`store.append_trace_events`); the same task lets search
+background task writes in batches (`store.append_trace_events`). What a feed tells is shaped
+there, once per batch, not on the answer's path: `put` only notes the event's run, order,
+time and what to shape from (the event's message, arguments and result, which the loop no
+longer changes once it told of them; held until the next batch). The same task lets search
 catch up with the messages runs appended (`store.catch_up_search`, every two seconds at most). A
 full queue drops events with a counted warning: recording never blocks or slows an answer,
 and a store that fails costs the trace, never the run. The process's metrics
@@ -31,7 +34,8 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bots.surface.contract import RunFinished, RunStarted, SurfaceEvent
 from bots.surface.feed import ShownMoment
@@ -52,6 +56,17 @@ MAX_RUNS = 10_000  # runs whose state is kept (their start, calls in flight)
 BATCH = 500  # events per write
 MAX_TOOLS_IN_FLIGHT = 256  # per run
 INDEX_BATCH = 500  # messages indexed for search per transaction, in the background
+
+
+class _Noted(NamedTuple):
+    """An event as `put` notes it: its data, or how to shape it when the batch is written."""
+
+    run_id: int
+    kind: TraceKind
+    at: float
+    ms: float | None
+    seq: int
+    data: dict[str, Any] | Callable[[], dict[str, Any]]
 
 
 @dataclass(slots=True)
@@ -96,7 +111,7 @@ class TraceRecorder:
         self._flush_delay_s = flush_delay_s
         self._index_every_s = index_every_s
         self._indexed_at = monotonic()
-        self._pending: deque[TraceEvent] = deque()
+        self._pending: deque[_Noted] = deque()
         self._runs: OrderedDict[int, _RunTrace] = OrderedDict()
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -121,9 +136,10 @@ class TraceRecorder:
                 run.turn, run.turn_started = event.turn, self._monotonic()
             case MessageEnd(message=AssistantMessage() as reply):
                 took = None if run.turn_started is None else self._ms_since(run.turn_started)
-                self._add(run_id, run, "model_call", took, self._shaper.model_call(reply, run.turn))
+                shape = partial(self._shaper.model_call, reply, run.turn)
+                self._add(run_id, run, "model_call", took, shape)
             case MessageEnd(message=UserMessage() as steered):
-                self._add(run_id, run, "steer", None, self._shaper.steer(steered))
+                self._add(run_id, run, "steer", None, partial(self._shaper.steer, steered))
             case ToolExecutionStart():
                 if len(run.tools) < MAX_TOOLS_IN_FLIGHT:
                     run.tools[event.tool_call_id] = (event.label, event.arguments)
@@ -204,7 +220,7 @@ class TraceRecorder:
             self._wake.clear()
             while self._pending:
                 size = min(BATCH, len(self._pending))
-                batch = [self._pending.popleft() for _ in range(size)]
+                batch = self._shaped([self._pending.popleft() for _ in range(size)])
                 try:
                     await self._store.append_trace_events(batch)
                 except Exception as exc:
@@ -214,6 +230,20 @@ class TraceRecorder:
                 self._idle.set()
             if self._closed:
                 return
+
+    def _shaped(self, noted: list[_Noted]) -> list[TraceEvent]:
+        """The batch's events with their data shaped (an event whose shaping fails is lost,
+        counted, never the batch)."""
+        events: list[TraceEvent] = []
+        for run_id, kind, at, ms, seq, data in noted:
+            if callable(data):
+                try:
+                    data = data()
+                except Exception as exc:
+                    self._lose(1, f"they could not be shaped ({type(exc).__name__})")
+                    continue
+            events.append(TraceEvent(run_id, kind, at, ms, data, seq))
+        return events
 
     async def _index_search(self) -> None:
         """Let search catch up with the messages runs appended (SQLite indexes them in
@@ -236,8 +266,8 @@ class TraceRecorder:
 
     def _tool_ended(self, run_id: int, run: _RunTrace, event: ToolExecutionEnd) -> None:
         label, arguments = run.tools.pop(event.tool_call_id, (event.tool_name, {}))
-        data = self._shaper.tool_call(event.tool_name, label, arguments, event.result)
-        self._add(run_id, run, "tool_call", event.duration_s * 1000.0, data)
+        shape = partial(self._shaper.tool_call, event.tool_name, label, arguments, event.result)
+        self._add(run_id, run, "tool_call", event.duration_s * 1000.0, shape)
         if self.metrics is not None:
             self.metrics.tool_called(event.tool_name, failed=event.is_error)
 
@@ -250,13 +280,17 @@ class TraceRecorder:
             self.metrics.run_finished(run.platform, event.outcome, seconds, event.usage)
 
     def _add(
-        self, run_id: int, run: _RunTrace, kind: TraceKind, ms: float | None, data: dict[str, Any]
+        self,
+        run_id: int,
+        run: _RunTrace,
+        kind: TraceKind,
+        ms: float | None,
+        data: dict[str, Any] | Callable[[], dict[str, Any]],
     ) -> None:
         if len(self._pending) >= self._max_pending:
             self._lose(1, "the queue is full")
             return
-        event = TraceEvent(run_id, kind, self._clock(), ms, data, run.next_seq())
-        self._pending.append(event)
+        self._pending.append(_Noted(run_id, kind, self._clock(), ms, run.next_seq(), data))
         if not self._wake.is_set():
             self._wake.set()
             self._idle.clear()

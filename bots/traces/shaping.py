@@ -40,8 +40,7 @@ class Shaper:
 
     def text(self, value: str, limit: int) -> dict[str, Any]:
         """`value` masked and cut to `limit`, with its full length when it was cut."""
-        masked = _CREDENTIAL.sub("[redacted]", self._secrets.redact(value[: limit * 2]))
-        shaped: dict[str, Any] = {"text": masked[:limit]}
+        shaped: dict[str, Any] = {"text": self._masked(value, limit)}
         if len(value) > limit:
             shaped["chars"] = len(value)
         return shaped
@@ -49,7 +48,14 @@ class Shaper:
     def short(self, value: str | None) -> str | None:
         if value is None:
             return None
-        return str(self.text(value, MAX_SHORT_CHARS)["text"])
+        return self._masked(value, MAX_SHORT_CHARS)
+
+    def _masked(self, value: str, limit: int) -> str:
+        """`value` masked, then cut to `limit` (masked over twice that, so that a credential
+        straddling the cut is still recognised)."""
+        if not value:
+            return value
+        return _CREDENTIAL.sub("[redacted]", self._secrets.redact(value[: limit * 2]))[:limit]
 
     def model_call(self, message: AssistantMessage, turn: int | None) -> dict[str, Any]:
         usage = message.usage
@@ -73,8 +79,10 @@ class Shaper:
     def tool_call(
         self, name: str, label: str, arguments: dict[str, Any], result: ToolResultMessage
     ) -> dict[str, Any]:
-        try:
-            args_text = json.dumps(arguments, ensure_ascii=False, default=str)
+        try:  # most calls of a steered run take no arguments: no encoder for those
+            args_text = (
+                json.dumps(arguments, ensure_ascii=False, default=str) if arguments else "{}"
+            )
         except ValueError:  # a cycle: cannot happen with JSON from the model, kept safe
             args_text = repr(arguments)
         output = result.text()
