@@ -37,3 +37,24 @@ async def test_a_closed_instance_renews_nothing_and_listens_no_more(pg_url: str)
         with pytest.raises(RuntimeError, match="closed"):
             await a.acquire_lease(conversation.id)
         assert instances._heartbeat is None or instances._heartbeat.done()
+
+
+async def test_a_lease_let_go_twice_or_never_held_is_let_go_quietly(pg_url: str) -> None:
+    # A run fenced out lets its lease lapse, then its driver releases it on the way out (and a
+    # heartbeat may have forgotten it already): each is harmless, the new holder keeps it.
+    async with (
+        PostgresStore.open(pg_url, lease_ttl_s=3600) as a,
+        PostgresStore.open(pg_url, lease_ttl_s=3600) as b,
+    ):
+        conversation = await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")
+        never = await a.get_or_create_conversation(KEY + "2", channel_key="slack:T1:C1")
+        assert await a.acquire_lease(conversation.id)
+        a.let_lapse(conversation.id)
+        a.let_lapse(conversation.id)
+        await a.release_lease(conversation.id)
+        await a.release_lease(never.id)
+        a.let_lapse(never.id)
+        assert a.fence(conversation.id) is None
+        assert await b.acquire_lease(conversation.id)  # released: taken at once
+        await a.release_lease(conversation.id)  # not a's any more: b's lease stands
+        assert not await a.acquire_lease(conversation.id)
