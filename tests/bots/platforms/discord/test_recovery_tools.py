@@ -294,3 +294,26 @@ async def test_history_pages_read_from_either_end_as_discord_answers(
     assert oldest == ids[10:15]
     assert newest == ids[-1:-6:-1]
     assert paged == ids[10:], "paging on with `after` reaches the newest, each once"
+
+
+async def test_killed_before_an_answer_without_tools_showed_it_goes_into_the_head(
+    harness: ToolHarness,
+) -> None:
+    """No tool call; killed as the answer's first text was about to go into the "working"
+    head. After the restart the head shows the answer, with the feedback buttons: nothing is
+    posted beside it, and it claims no tool."""
+    h = harness
+    answer = "Rivers flow downhill, pulled by gravity."
+    asked = h.fake.message_payload(h.general, "tell me about rivers", mention_bot=True)
+    thread = str(asked["id"])
+
+    def at_the_first_text(r: RecordedRequest) -> When | None:
+        body = r.json if isinstance(r.json, dict) else {}
+        editing = r.method == "PATCH" and r.path.startswith(f"/channels/{thread}/messages/")
+        return "before" if editing and body.get("content") not in (None, WORKING_TEXT) else None
+
+    h.fake.kill_at = at_the_first_text
+    await crash_and_recover(h, answer, lambda: h.fake.dispatch("MESSAGE_CREATE", asked))
+    (head,) = h.fake.channel_messages(thread)
+    assert head["content"] == answer
+    assert [c.split(":")[0] for c in custom_ids(head)] == ["feedback", "feedback"]
