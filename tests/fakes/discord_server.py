@@ -45,6 +45,8 @@ from tests.fakes.web_signin import DiscordOAuth
 
 API_PREFIX = "/api/v10"
 _MESSAGE_WRITE = re.compile(r"/channels/(\d+)/messages(?:/\d+)?")
+_LINK = re.compile(r"(?<!<)https?://[^\s<>]+")
+SUPPRESS_EMBEDS = 1 << 2
 DISCORD_EPOCH_MS = 1_420_070_400_000
 BOT_TOKEN = "MTEwMDAwMDAwMDAwMDAwMDAwMQ.fake.bot-token"
 HEARTBEAT_INTERVAL_MS = 41_250
@@ -131,6 +133,9 @@ class FakeDiscord:
         self.expired_tokens: set[str] = set()
         self.files: dict[str, tuple[str, bytes]] = {}  # attachment id: (content type, data)
         self.echo_own_messages = True
+        # Discord previews links in a message's content as embeds of their own (type "link"),
+        # beside any the sender set, unless the link is in <> or the message suppresses them.
+        self.unfurl_links = False
         # Discord's per-channel limit on message writes (sends and edits shared); its 429s.
         self.rate_limits = ChannelRateLimits()
         self.rate_limited: list[RecordedRequest] = []
@@ -705,14 +710,19 @@ class FakeDiscord:
             await self.dispatch("MESSAGE_CREATE", message)
 
     async def _get_messages(self, r: RecordedRequest, channel_id: str) -> web.Response:
+        """A page of the channel's messages, newest first, as Discord answers: `limit` (1 to
+        100) of them, the newest before `before`, or the oldest after `after` (a reader from
+        the wrong end of a long channel misses what it looks for, as on Discord)."""
         limit = int(r.query.get("limit", "50"))
-        before = r.query.get("before")
-        found = [
-            m
-            for m in self.channel_messages(channel_id)
-            if before is None or int(m["id"]) < int(before)
-        ]
-        return _json(list(reversed(found))[:limit])  # newest first, as Discord answers
+        if not 1 <= limit <= 100:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        before, after = r.query.get("before"), r.query.get("after")
+        ordered = sorted(self.channel_messages(channel_id), key=lambda m: int(m["id"]))
+        if after is not None:
+            page = [m for m in ordered if int(m["id"]) > int(after)][:limit]
+        else:
+            page = [m for m in ordered if before is None or int(m["id"]) < int(before)][-limit:]
+        return _json(list(reversed(page)))
 
     async def _get_message(self, r: RecordedRequest, channel_id: str, message_id: str) -> Any:
         message = self.messages.get(message_id)
@@ -898,6 +908,7 @@ class FakeDiscord:
         if reference:
             message["message_reference"] = reference
         self.messages[message["id"]] = message
+        self._unfurl(message)
         return message
 
     def _edit(self, message: dict[str, Any], r: RecordedRequest) -> dict[str, Any]:
@@ -911,7 +922,18 @@ class FakeDiscord:
                 a for a in message["attachments"] if a["id"] in kept
             ] + self._attachments(r.files, body)
         message["edited_timestamp"] = _now_iso()
+        self._unfurl(message)
         return message
+
+    def _unfurl(self, message: dict[str, Any]) -> None:
+        """With `unfurl_links`: the message's link previews follow its content (up to five)."""
+        if not self.unfurl_links:
+            return
+        embeds = [e for e in message["embeds"] if e.get("type", "rich") == "rich"]
+        if not message["flags"] & SUPPRESS_EMBEDS:
+            links = _LINK.findall(message["content"])[:5]
+            embeds += [{"type": "link", "url": url, "title": url} for url in links]
+        message["embeds"] = embeds
 
     def _attachments(self, files: list[UploadedFile], body: dict[str, Any]) -> list[dict[str, Any]]:
         described = {str(a.get("id")): a for a in body.get("attachments") or []}

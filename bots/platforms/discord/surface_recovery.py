@@ -95,7 +95,7 @@ async def adopt_shown_parts(
     if not (missing or (first_is_head and head_elsewhere)) or not anchor or own_id is None:
         return
     for message in await _own_messages_after(channel, own_id, anchor):
-        if message.embeds:
+        if _is_tool_embed(message):
             continue
         found = BotMessage(message, message.content, pacer)
         if overflows and is_overflow_note(message.content):
@@ -111,6 +111,12 @@ async def adopt_shown_parts(
                 message.content, expected[len(block.posted)]
             ):
                 block.posted.append(found)
+
+
+def _is_tool_embed(message: discord.Message) -> bool:
+    """A tool call's embed: one this bot set ("rich"). The previews Discord adds to a part's
+    links are embeds too, and do not make the part anything but a part."""
+    return any(embed.type == "rich" for embed in message.embeds)
 
 
 async def _own_messages_after(
