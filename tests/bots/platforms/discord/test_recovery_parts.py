@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import discord
 import pytest
@@ -93,22 +94,38 @@ class Harness:
         )
 
 
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+StoreT = TypeVar("StoreT", bound=SqliteStore)
+HarnessT = TypeVar("HarnessT", bound=Harness)
+
+
+@asynccontextmanager
+async def dying_harness(
+    tmp_path: Path,
+    store_type: type[StoreT],
+    make: Callable[[DyingDiscord, StoreT, ScriptedModel, Settings, str], HarnessT],
+) -> AsyncIterator[HarnessT]:
+    """A `DyingDiscord` with a #general channel, discord.py pointed at it, a store of
+    `store_type` in `tmp_path`, and the harness `make` builds over them."""
     fake = DyingDiscord()
     await fake.start()
     restore = point_discord_py_at(fake)
     guild_id = next(iter(fake.guilds))
     general = fake.add_channel(guild_id, name="general")["id"]
-    store = await SqliteStore.open(tmp_path / "teammate.db")
+    store = await store_type.open(tmp_path / "teammate.db")
     settings = Settings(data_dir=tmp_path, discord=DiscordSettings(dev_guild_id=guild_id))
     try:
-        yield Harness(fake, store, ScriptedModel(), settings, general)
+        yield make(fake, store, ScriptedModel(), settings, general)
     finally:
         fake.bury()
         await store.close()
         restore()
         await fake.close()
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    async with dying_harness(tmp_path, SqliteStore, Harness) as made:
+        yield made
 
 
 async def start(bot: discord.Client, token: str) -> asyncio.Task[None]:

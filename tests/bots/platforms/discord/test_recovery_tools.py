@@ -25,22 +25,21 @@ from pydantic import BaseModel
 from bots.platforms.discord.bot import DISCORD_RULES
 from bots.platforms.discord.surface import MESSAGE_LIMIT, WORKING_TEXT
 from bots.runner import ConversationRunner
-from bots.settings import DiscordSettings, Settings
 from bots.surface.markdown_split import split_markdown
-from core.models.scripted import Reply, ScriptedModel, call
+from core.models.scripted import Reply, call
 from core.tools import AgentTool, ToolContext, ToolResult
 from storage.base import Fence, RunRecord
 from storage.sqlite import SqliteStore
 from tests.bots.platforms.discord.test_recovery_parts import (
-    DyingDiscord,
     Harness,
     When,
     crash_and_recover,
     custom_ids,
+    dying_harness,
     long_answer,
     the_end,
 )
-from tests.fakes.discord_server import BOT_TOKEN, RecordedRequest, point_discord_py_at
+from tests.fakes.discord_server import BOT_TOKEN, RecordedRequest
 from tests.fakes.gate_tool import GateTool
 
 BUSY = 60  # messages others post in the thread while the run works: more than a page
@@ -92,20 +91,8 @@ class ToolHarness(Harness):
 
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[ToolHarness]:
-    fake = DyingDiscord()
-    await fake.start()
-    restore = point_discord_py_at(fake)
-    guild_id = next(iter(fake.guilds))
-    general = fake.add_channel(guild_id, name="general")["id"]
-    store = await RefusingStore.open(tmp_path / "teammate.db")
-    settings = Settings(data_dir=tmp_path, discord=DiscordSettings(dev_guild_id=guild_id))
-    try:
-        yield ToolHarness(fake, store, ScriptedModel(), settings, general)
-    finally:
-        fake.bury()
-        await store.close()
-        restore()
-        await fake.close()
+    async with dying_harness(tmp_path, RefusingStore, ToolHarness) as made:
+        yield made
 
 
 def two_tools_then(h: ToolHarness) -> None:

@@ -101,6 +101,16 @@ class Cluster:
     async def wait(self, predicate: Any) -> None:
         await self.fake.wait_for(lambda _fake: predicate(), limit_s=LIMIT_S)
 
+    async def finished(self, token: str, thread_ts: str, message_ts: str) -> None:
+        """Wait until `token` is answered in the thread and its message has the ✅: the run is
+        recorded as done (a kill while the text streams is an interruption, rightly)."""
+        await self.wait(
+            lambda: (
+                token in self.answers(thread_ts)
+                and DONE_REACTION in self.fake.reactions(CHANNEL, message_ts)
+            )
+        )
+
     async def runs_closed(self) -> None:
         """Wait until no run is open in the store: a run is closed once its end is shown (the
         ✅ or ⏹ comes first), so the reaction alone does not say it is closed yet."""
@@ -221,14 +231,7 @@ async def _many_threads(cluster: Cluster, threads: int, per_thread: int) -> None
             expected[root].append(token)
         await deliver(event, alive)
         ts = event["ts"] if round_ == 0 else roots[thread]
-        # Finished, not only shown: the ✅ on the person's message comes after the run is
-        # recorded as done (a kill while the text streams is an interruption, rightly).
-        await cluster.wait(
-            lambda: (
-                token in cluster.answers(ts)
-                and DONE_REACTION in cluster.fake.reactions(CHANNEL, event["ts"])
-            )
-        )
+        await cluster.finished(token, ts, event["ts"])
 
     for round_ in range(per_thread):
         alive = [0, 1, 2] if round_ == 0 else [0, 1]
@@ -246,13 +249,7 @@ async def _many_threads(cluster: Cluster, threads: int, per_thread: int) -> None
     await cluster.wait(lambda: cluster.interruptions(held_ts) >= 1)
     follow = _mention(cluster, "tok:held-1", thread_ts=held_ts)
     await deliver(follow, [0, 1])
-    # Finished, not only shown (as in `one`): the run is closed once its end is shown.
-    await cluster.wait(
-        lambda: (
-            "held-1" in cluster.answers(held_ts)
-            and DONE_REACTION in cluster.fake.reactions(CHANNEL, follow["ts"])
-        )
-    )
+    await cluster.finished("held-1", held_ts, follow["ts"])
 
     for root, tokens in expected.items():
         assert cluster.answers(root) == tokens, f"thread {root}"
@@ -315,12 +312,7 @@ async def test_an_instance_sigstopped_in_a_tool_past_its_lease_lands_nothing_aft
         await cluster.wait(lambda: cluster.interruptions(root) >= 1)
         follow = _mention(cluster, "tok:z-1", thread_ts=root)
         await cluster.send(follow, 1)
-        await cluster.wait(
-            lambda: (
-                "z-1" in cluster.answers(root)
-                and DONE_REACTION in cluster.fake.reactions(CHANNEL, follow["ts"])
-            )
-        )
+        await cluster.finished("z-1", root, follow["ts"])
         shown = json.dumps(cluster.fake.bot_replies(CHANNEL, root), sort_keys=True)
         reactions = sorted(cluster.fake.reactions(CHANNEL, root))
         cluster.open_gate("paused")  # the tool call returns as soon as instance 0 runs again
@@ -332,12 +324,7 @@ async def test_an_instance_sigstopped_in_a_tool_past_its_lease_lands_nothing_aft
     # least every TTL/3.
     probe = _mention(cluster, "tok:z-probe")
     await cluster.send(probe, 0)
-    await cluster.wait(
-        lambda: (
-            "z-probe" in cluster.answers(probe["ts"])
-            and DONE_REACTION in cluster.fake.reactions(CHANNEL, probe["ts"])
-        )
-    )
+    await cluster.finished("z-probe", probe["ts"], probe["ts"])
     await asyncio.sleep(2.0)  # a window for anything late to show (nothing may)
 
     assert json.dumps(cluster.fake.bot_replies(CHANNEL, root), sort_keys=True) == shown
