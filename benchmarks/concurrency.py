@@ -21,12 +21,20 @@ divided by model calls), messages answered / sent, duplicates (a message sent tw
 request, or stored twice), and replay mismatches (the stored conversation, replayed as the next
 run would send it, differs from what the model was last sent plus its reply).
 
+Run traces (the console's, `bots.traces`) are recorded as Teammate records them, and each wave
+ends when the recorder has written its last batch (`close()`: that write is part of the cost).
+`--traces both` runs every wave also with a recorder that records nothing (the runner as it
+was before traces), alternating in the same process, and adds per-round ratios traced over
+untraced and their medians: `traces_overhead_ratio` (overhead per turn, N = the largest size),
+`traces_loop_cpu_ratio` (event-loop CPU per turn) and the same for steering (`traces_steer_…`).
+
 Run: uv run python benchmarks/concurrency.py [--sizes 100 1000] [--latency 1.0] [--steer 1000]
-[--stores sqlite] [--rounds 1]. Prints two tables per store and round (with several
-stores, then a comparison: each figure's median over the rounds per store, and the first's over
-the other's), then one JSON line. Targets at N = 1,000:
+[--stores sqlite] [--rounds 1] [--traces on|off|both]. Prints two tables per variant and round
+(with several variants, then a comparison: each figure's median over the rounds per variant,
+and the first's over the other's), then one JSON line. Targets at N = 1,000:
 wall < 1.3 s, peak memory < 300 MB;
-steering: all answered, no duplicates, no mismatches, runner own < 0.5 ms per model call.
+steering: all answered, no duplicates, no mismatches, runner own < 0.5 ms per model call;
+traces: each `traces_*_ratio` ≤ 1.10 (several rounds: single waves vary by ±30 % here).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from bots.incoming import Incoming
 from bots.runner import ConversationRunner
 from bots.settings import Settings
 from bots.surface.contract import SurfaceEvent
+from bots.traces.recorder import TraceRecorder
 from core.history import repair_history
 from core.loop import AgentContext, LoopConfig, RunControl, run_agent
 from core.messages import AssistantMessage, Author, Message, ToolResultMessage, UserMessage
@@ -64,6 +73,30 @@ from storage.sqlite import SqliteStore
 # picks. The database-thread store this one replaced was measured against it this way.
 StoreClass = type[SqliteStore]
 STORES: dict[str, StoreClass] = {"sqlite": SqliteStore}
+UNTRACED = "-untraced"  # a variant's suffix with `--traces both`/`off`
+
+
+class UntracedRecorder(TraceRecorder):
+    """Records nothing: the runner as it was before run traces, the baseline that the console
+    issue's "overhead per turn within 10 % with traces recorded" is measured against."""
+
+    def put(self, run_id: int | None, event: SurfaceEvent) -> None:
+        return None
+
+    def shown(self, run_id: int, moment: Any) -> None:
+        return None
+
+    def stopped(self, run_id: int | None, by: Author | None, *, scope: str) -> None:
+        return None
+
+    def compacted(self, run_id: int, compaction: Any, *, forced: bool) -> None:
+        return None
+
+
+def recorder_for(store: SqliteStore, settings: Settings, traced: bool) -> TraceRecorder:
+    if traced:
+        return TraceRecorder(store, secrets=settings.secrets())
+    return UntracedRecorder(store)
 
 
 class CountingSurface:
@@ -98,7 +131,7 @@ def thread_cpu_s() -> tuple[float, float]:
 
 
 async def run_wave(
-    size: int, latency_s: float, data_dir: Path, store_class: StoreClass
+    size: int, latency_s: float, data_dir: Path, store_class: StoreClass, traced: bool = True
 ) -> dict[str, float]:
     """`size` conversations answered once each: wall seconds, event-loop and store-thread CPU
     seconds."""
@@ -106,12 +139,14 @@ async def run_wave(
     model = ScriptedModel(
         default=Reply(text="an answer of a few words", latency_s=latency_s), record=False
     )
+    settings = Settings(data_dir=data_dir)
     runner = ConversationRunner(
         store=store,
-        settings=Settings(data_dir=data_dir),
+        settings=settings,
         model_factory=lambda _id: model,
         toolset_factory=lambda _channel: [],
         platform_rules="Plain text.",
+        traces=recorder_for(store, settings, traced),
     )
     author = Author(id="U1", name="Ada")
     stamp = time.time()
@@ -134,6 +169,7 @@ async def run_wave(
         )
     )
     await runner.wait_all()
+    await runner.traces.close()  # the traces' last batch is part of the cost
     wall = time.perf_counter() - started
     loop_cpu, store_cpu = thread_cpu_s()  # the store's thread was started for this wave
     runs = await store.usage_since(0)
@@ -163,7 +199,13 @@ def said(message: Message) -> str:
 
 
 async def run_steering_wave(
-    size: int, latency_s: float, data_dir: Path, store_class: StoreClass, *, gaps: bool
+    size: int,
+    latency_s: float,
+    data_dir: Path,
+    store_class: StoreClass,
+    *,
+    gaps: bool,
+    traced: bool = True,
 ) -> dict[str, float]:
     """`size` conversations of 3 messages each; checks every message against the model's
     requests and the stored history."""
@@ -175,12 +217,14 @@ async def run_steering_wave(
         return Reply(tool_calls=[call("look")], latency_s=latency_s)
 
     model = ScriptedModel(default=reply)
+    settings = Settings(data_dir=data_dir)
     runner = ConversationRunner(
         store=store,
-        settings=Settings(data_dir=data_dir),
+        settings=settings,
         model_factory=lambda _id: model,
         toolset_factory=lambda _channel: [LookTool()],
         platform_rules="Plain text.",
+        traces=recorder_for(store, settings, traced),
     )
     author = Author(id="U1", name="Ada")
     rng = random.Random(size)
@@ -204,6 +248,7 @@ async def run_steering_wave(
     started = time.perf_counter()
     await asyncio.gather(*(conversation(i) for i in range(size)))
     await runner.wait_all()
+    await runner.traces.close()  # the traces' last batch is part of the cost
     wall = time.perf_counter() - started
     loop_cpu, store_cpu = thread_cpu_s()
 
@@ -292,32 +337,78 @@ async def main() -> None:
     parser.add_argument("--latency", type=float, default=1.0)
     parser.add_argument("--steer", type=int, default=1000, help="conversations; 0 to skip")
     parser.add_argument("--stores", nargs="+", choices=sorted(STORES), default=list(STORES))
-    parser.add_argument("--rounds", type=int, default=1, help="each store, alternating")
+    parser.add_argument("--rounds", type=int, default=1, help="each variant, alternating")
+    parser.add_argument(
+        "--traces",
+        choices=("on", "off", "both"),
+        default="on",
+        help="record run traces (as Teammate does), not, or both alternating and compared",
+    )
     args = parser.parse_args()
+    traced = {"on": (True,), "off": (False,), "both": (True, False)}[args.traces]
+    variants = {
+        name + ("" if on else UNTRACED): (STORES[name], on) for name in args.stores for on in traced
+    }
     print(
         f"conditions: python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
-        f"{os.cpu_count()} cores, model latency {args.latency:g} s, one message per "
-        "conversation, real runner + SQLite store (WAL) in a temp dir; stores: "
-        + ", ".join(args.stores)
+        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, model latency "
+        f"{args.latency:g} s, one message per conversation, real runner + SQLite store (WAL) "
+        "in a temp dir; variants: " + ", ".join(variants)
     )
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in args.stores}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
-        for round_ in range(args.rounds):  # alternating, so that both see the same machine
-            for name in args.stores:
-                print(f"\n== store: {name} (round {round_ + 1}/{args.rounds})")
+        for round_ in range(args.rounds):  # alternating, so that all see the same machine
+            for name, (store_class, on) in variants.items():
+                print(f"\n== {name} (round {round_ + 1}/{args.rounds})")
                 where = Path(tmp) / f"{name}-{round_}"
-                runs[name].append(await measure(args, STORES[name], where))
-    by_store = {
+                runs[name].append(await measure(args, store_class, where, on))
+    by_variant = {
         name: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
         for name, rounds in runs.items()
     }
-    figures = by_store[args.stores[0]]
-    if len(by_store) > 1:
-        figures = compare(by_store)
+    figures = by_variant[next(iter(variants))]
+    if len(by_variant) > 1:
+        figures = compare(by_variant)
+    if args.traces == "both":
+        figures.update(traces_ratios(runs, args))
     print(json.dumps(figures))
 
 
-async def measure(args: argparse.Namespace, store_class: StoreClass, tmp: Path) -> dict[str, float]:
+def traces_ratios(
+    runs: dict[str, list[dict[str, float]]], args: argparse.Namespace
+) -> dict[str, float]:
+    """Traced over untraced, per round (the two waves of a round ran minutes apart at most)
+    and their median: the overhead per turn (wall) and the event loop's CPU per turn, for the
+    largest size and the steering case."""
+    out: dict[str, float] = {}
+    size = max(args.sizes)
+    keys = {
+        "traces_overhead_ratio": f"overhead_ms_per_turn_{size}",
+        "traces_loop_cpu_ratio": f"loop_cpu_ms_per_turn_{size}",
+    }
+    if args.steer:
+        keys |= {
+            "traces_steer_overhead_ratio": "steer_overhead_ms_per_turn",
+            "traces_steer_loop_cpu_ratio": "steer_loop_cpu_ms_per_turn",
+        }
+    print(f"\ntraced / untraced per round ({len(next(iter(runs.values())))} rounds):")
+    for name in args.stores:
+        on, off = runs[name], runs[name + UNTRACED]
+        for label, key in keys.items():
+            ratios = [a[key] / b[key] for a, b in zip(on, off, strict=True) if b[key] > 0]
+            median = statistics.median(ratios)
+            print(
+                f"  {name} {key:<32} "
+                + " ".join(f"{r:.2f}" for r in ratios)
+                + f"  median {median:.3f}"
+            )
+            out[label + ("" if name == args.stores[0] else f"_{name}")] = round(median, 3)
+    return out
+
+
+async def measure(
+    args: argparse.Namespace, store_class: StoreClass, tmp: Path, traced: bool = True
+) -> dict[str, float]:
     figures: dict[str, float] = {}
     print(f"{'N':>6} {'wall s':>8} {'ratio':>7} {COST_HEADER} {'peak MB':>8}")
     for size in args.sizes:
@@ -325,10 +416,10 @@ async def measure(args: argparse.Namespace, store_class: StoreClass, tmp: Path) 
         (base / "warm").mkdir(parents=True)
         (base / "zero").mkdir()
         (base / "real").mkdir()
-        await run_wave(10, 0.0, base / "warm", store_class)
-        zero = await run_wave(size, 0.0, base / "zero", store_class)
+        await run_wave(10, 0.0, base / "warm", store_class, traced)
+        zero = await run_wave(size, 0.0, base / "zero", store_class, traced)
         alone, alone_calls = await run_loops_alone(size, steering=False)
-        wall = (await run_wave(size, args.latency, base / "real", store_class))["wall"]
+        wall = (await run_wave(size, args.latency, base / "real", store_class, traced))["wall"]
         cost = costs(zero, size, alone, alone_calls)
         peak = peak_rss_mb()
         figures.update(
@@ -341,7 +432,9 @@ async def measure(args: argparse.Namespace, store_class: StoreClass, tmp: Path) 
         )
         print(f"{size:>6} {wall:>8.3f} {wall / args.latency:>7.3f} {cost_row(cost)} {peak:>8.1f}")
     if args.steer:
-        figures.update(await steering_case(args.steer, args.latency, tmp / "steer", store_class))
+        figures.update(
+            await steering_case(args.steer, args.latency, tmp / "steer", store_class, traced)
+        )
     return figures
 
 
@@ -388,6 +481,7 @@ def costs(zero: dict[str, float], calls: int, alone_s: float, alone_calls: int) 
     loop_ms = alone_s / alone_calls * 1000
     return {
         "overhead_ms_per_turn": round(zero["wall"] / calls * 1000, 3),
+        "loop_cpu_ms_per_turn": round(zero["loop_cpu"] / calls * 1000, 3),
         "loop_ms_per_turn": round(loop_ms, 3),
         "runner_own_ms_per_turn": round(zero["loop_cpu"] / calls * 1000 - loop_ms, 3),
         "store_thread_ms_per_turn": round(zero["store_cpu"] / calls * 1000, 3),
@@ -402,7 +496,7 @@ def cost_row(cost: dict[str, float]) -> str:
 
 
 async def steering_case(
-    size: int, latency_s: float, base: Path, store_class: StoreClass
+    size: int, latency_s: float, base: Path, store_class: StoreClass, traced: bool = True
 ) -> dict[str, float]:
     for name in ("warm", "zero", "real"):
         (base / name).mkdir(parents=True)
@@ -410,10 +504,12 @@ async def steering_case(
         f"\nsteering: {size} conversations x 3 messages 50-300 ms apart, model replies of "
         f"{latency_s:g} s (the first with one tool call)"
     )
-    await run_steering_wave(10, 0.0, base / "warm", store_class, gaps=False)
-    zero = await run_steering_wave(size, 0.0, base / "zero", store_class, gaps=False)
+    await run_steering_wave(10, 0.0, base / "warm", store_class, gaps=False, traced=traced)
+    zero = await run_steering_wave(size, 0.0, base / "zero", store_class, gaps=False, traced=traced)
     alone, alone_calls = await run_loops_alone(size, steering=True)
-    real = await run_steering_wave(size, latency_s, base / "real", store_class, gaps=True)
+    real = await run_steering_wave(
+        size, latency_s, base / "real", store_class, gaps=True, traced=traced
+    )
     cost = costs(zero, int(zero["model_calls"]), alone, alone_calls)
     print(
         f"{'N':>6} {'wall s':>8} {COST_HEADER} {'answered/sent':>14} {'duplicates':>10} "
