@@ -12,6 +12,7 @@ from bots.settings import SlackSettings
 from core.messages import Usage
 from tests.bots.console.browser import new_page, shoot, signed_in
 from tests.bots.console.conftest import StartConsole, console_settings
+from tests.bots.console.test_conversations import KEY, answered, page_url
 
 ADMIN = "slack:UADMIN"
 CHANNEL = "slack:T1:C1"
@@ -117,6 +118,7 @@ async def test_every_page_s_text_meets_wcag_aa_contrast(
 ) -> None:
     settings = console_settings(tmp_path, slack=SlackSettings(admins=["UADMIN"]))
     await seeded(sqlite_store)
+    await answered(sqlite_store, settings, (KEY, CHANNEL, "what changed?"))  # a tool call
     async with start_console(settings, sqlite_store) as console:
         _anonymous, signin_page = await new_page(browser)
         await signin_page.goto(console.url + "/signin")
@@ -135,6 +137,12 @@ async def test_every_page_s_text_meets_wcag_aa_contrast(
             response = await page.goto(console.url + path)
             assert response is not None and response.status == 200, path
             pages[path] = await page.evaluate(LOW_CONTRAST_JS)
+        # A conversation with its trace, every expandable part open.
+        await page.goto(page_url(console, KEY))
+        await page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        pages["a conversation"] = await page.evaluate(LOW_CONTRAST_JS)
+        assert "echo" in await page.inner_text("main")
+        await shoot(page, "contrast-conversation-open")
         # The current page's tab in the dark header, and a notice after a change.
         await page.goto(f"{console.url}/channels/{CHANNEL}")
         await page.fill("#timezone", "Europe/Berlin")
