@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from core.messages import (
 )
 from core.models.base import TextDelta, ThinkingDelta
 from storage.base import RunOutcome
+from tests.waiting import eventually
 
 KEY = "terminal:default"
 ADA = Author(id="local:ada", name="ada")
@@ -239,14 +239,6 @@ async def test_interrupted_runs_are_reported_for_terminal_conversations_only() -
 
 
 # -- the chat loop, in process -------------------------------------------------------------------
-
-
-async def eventually(what: str, condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"waited for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def test_chat_commands(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from tests import processes
 from tests.bots.test_cli import cli_env, data_dir, teammate
 from tests.tools.mcp.conftest import REPO, START_GUARD_S, server_toml, stdio_command
+from tests.waiting import eventually
 from tools.mcp_stdio import StdioProcess, stdio_transport
 
 __all__ = ["data_dir"]  # fixtures
@@ -32,13 +32,6 @@ STUCK = "--hang-on-start"
 def stuck_servers() -> set[int]:
     """The `--hang-on-start` servers this test process started, orphaned or not (adopted)."""
     return {pid for pid in processes.descendants() if STUCK in processes.command_line(pid)}
-
-
-async def until(condition: object, what: str) -> None:
-    deadline = time.monotonic() + START_GUARD_S
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"waited {START_GUARD_S:g} s for {what}"
-        await asyncio.sleep(0.05)
 
 
 def gone(pid: int) -> bool:
@@ -58,7 +51,7 @@ async def test_a_stop_cancelled_again_during_its_grace_still_kills_the_server() 
             await asyncio.sleep(3600)
 
     task = asyncio.create_task(use())
-    await until(lambda: info.pid is not None, "the server to start")
+    await eventually("the server to start", lambda: info.pid is not None, START_GUARD_S)
     assert info.pid is not None
     task.cancel()  # the stop begins
     await asyncio.sleep(0.2)  # inside the stop's grace (0.5 s)
@@ -98,7 +91,9 @@ async def test_a_server_ends_when_teammate_is_killed(tmp_path: Path, data_dir: P
         stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        await until(lambda: stuck_servers(), "teammate to start the server")
+        await eventually(
+            "teammate to start the server", lambda: bool(stuck_servers()), START_GUARD_S
+        )
         [server] = stuck_servers()
     finally:
         with contextlib.suppress(ProcessLookupError):

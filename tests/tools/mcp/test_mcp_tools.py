@@ -20,6 +20,7 @@ from core.messages import Image, Text
 from core.tools import CancelSignal, ToolContext, ToolError
 from tests.tools.mcp.conftest import REPO, START_GUARD_S, free_port, stdio_command
 from tests.tools.mcp.server_app import PNG_1X1
+from tests.waiting import eventually
 from tools.mcp import McpHub
 from tools.mcp_client import McpCallFailed, McpServer, McpUnavailable, Redactor, backoff_s
 from tools.mcp_config import McpConfigError, McpServerConfig, McpSettings, resolve_env
@@ -228,15 +229,6 @@ async def test_a_server_that_closes_its_input_is_stopped_with_a_reason() -> None
         await server.aclose()
 
 
-async def until(condition: Any, what: str) -> None:
-    """Wait for `condition()` (a hang guard, not a speed check)."""
-    for _ in range(int(START_GUARD_S / 0.05)):
-        if await condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never seen: {what}")
-
-
 async def test_a_server_that_changes_its_tools_is_listed_again_without_a_restart(
     tmp_path: Path,
 ) -> None:
@@ -253,7 +245,7 @@ async def test_a_server_that_changes_its_tools_is_listed_again_without_a_restart
         async def fresh_listed() -> bool:
             return "local__fresh" in {tool.name for tool in await hub.tools()}
 
-        await until(fresh_listed, "the new tool")
+        await eventually("the new tool", fresh_listed, START_GUARD_S)
         fresh = {tool.name: tool for tool in await hub.tools()}["local__fresh"]
         result = await fresh.execute("c", fresh.parameters.model_validate({}), ctx)
         assert result.content == [Text(text="learned fresh")]
@@ -269,7 +261,7 @@ async def test_a_server_that_changes_its_tools_is_listed_again_without_a_restart
             names = {tool.name for tool in await hub.tools()}
             return {f"local__burst_{n}" for n in range(20)} <= names
 
-        await until(burst_listed, "the burst's tools")
+        await eventually("the burst's tools", burst_listed, START_GUARD_S)
         assert 2 <= server.relists < 1 + 20
         assert server.starts == 1
     finally:
