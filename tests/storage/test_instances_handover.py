@@ -3,6 +3,8 @@ the lease's time to live (issue 24, "tests that would not notice": the lease DEL
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from storage.postgres import PostgresStore
@@ -58,3 +60,24 @@ async def test_a_lease_let_go_twice_or_never_held_is_let_go_quietly(pg_url: str)
         assert await b.acquire_lease(conversation.id)  # released: taken at once
         await a.release_lease(conversation.id)  # not a's any more: b's lease stands
         assert not await a.acquire_lease(conversation.id)
+
+
+async def test_a_heartbeat_that_once_found_no_lease_renews_the_next_one(pg_url: str) -> None:
+    # An instance between conversations holds no lease for a while; the heartbeat must keep
+    # going, or the next conversation's lease expires under its run and another instance
+    # takes it over mid-answer.
+    ttl = 3.0  # renewed every second
+    async with (
+        PostgresStore.open(pg_url, lease_ttl_s=ttl) as a,
+        PostgresStore.open(pg_url, lease_ttl_s=ttl) as b,
+    ):
+        conversation = await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")
+        assert await a.acquire_lease(conversation.id)
+        await a.release_lease(conversation.id)
+        await asyncio.sleep(ttl)  # beats that find nothing held
+        assert await a.acquire_lease(conversation.id)
+        fence = a.fence(conversation.id)
+        assert fence is not None
+        await asyncio.sleep(ttl * 2.5)  # long past its life: only renewals kept it
+        assert a.fresh(fence)
+        assert not await b.acquire_lease(conversation.id)
