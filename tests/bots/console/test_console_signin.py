@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from pydantic import SecretStr
 
@@ -166,3 +167,41 @@ async def test_a_one_time_link_signs_in_once(
         await again.goto(console.url + path)
         await again.click("button:text-is('Sign in')")
         await again.wait_for_selector("text=used already or has expired")
+
+
+@pytest.mark.parametrize(
+    ("public_url", "secure"), [("", False), ("https://teammate.example.com", True)]
+)
+async def test_the_session_cookie_is_http_only_same_site_and_secure_behind_https(
+    tmp_path: Path,
+    sqlite_store: Any,
+    start_console: StartConsole,
+    public_url: str,
+    secure: bool,
+) -> None:
+    console_section: dict[str, Any] = {"public_url": public_url} if public_url else {}
+    settings = console_settings(
+        tmp_path, slack=SlackSettings(admins=["UADMIN"]), console=console_section
+    )
+    async with start_console(settings, sqlite_store) as console:
+        link = await create_link(console.deps, "slack:UADMIN", by="terminal:root")
+        token = link.rsplit("/", 1)[1]
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                console.url + "/auth/link",
+                data={"token": token},
+                headers={"Origin": console.url},
+                allow_redirects=False,
+            ) as response,
+        ):
+            assert response.status == 303
+            [cookie] = [
+                c
+                for c in response.headers.getall("Set-Cookie")
+                if c.startswith("teammate_console=")
+            ]
+    attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+    assert {"httponly", "samesite", "path"} <= attributes
+    assert "samesite=lax" in cookie.lower()
+    assert ("secure" in attributes) is secure
