@@ -205,11 +205,11 @@ class Instances:
                     log.warning("could not renew conversation leases: %s", exc)
                     self._drop_heartbeat_connection()
                     continue
-                for conversation_id in kept & self._held:
-                    renewed = self._renewed.get(conversation_id, sent)
+                for conversation_id in kept & self._held:  # held: `_renewed` has it
+                    renewed = self._renewed[conversation_id]  # later if taken meanwhile
                     self._renewed[conversation_id] = max(renewed, sent)
                 for conversation_id in sorted(self._held - kept):
-                    if self._taken.get(conversation_id) != asked.get(conversation_id, -1):
+                    if self._taken[conversation_id] != asked.get(conversation_id):
                         continue  # taken (again) while the renewal was on its way
                     log.warning("lost the lease of conversation %s", conversation_id)
                     self._forget(conversation_id)

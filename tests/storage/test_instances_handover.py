@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import pytest
 
 from storage.postgres import PostgresStore
+from tests.waiting import eventually
 
 KEY = "slack:T1:C1:1.0"
 
@@ -79,5 +81,34 @@ async def test_a_heartbeat_that_once_found_no_lease_renews_the_next_one(pg_url: 
         fence = a.fence(conversation.id)
         assert fence is not None
         await asyncio.sleep(ttl * 2.5)  # long past its life: only renewals kept it
+        assert a.fresh(fence)
+        assert not await b.acquire_lease(conversation.id)
+
+
+async def test_a_renewal_that_failed_is_tried_again_and_the_lease_kept(pg_url: str) -> None:
+    # The heartbeat's connection dies (a failover, a restarted pooler): that renewal fails,
+    # the next one, on a new connection, must keep the lease.
+    ttl = 3.0
+    async with (
+        PostgresStore.open(pg_url, lease_ttl_s=ttl) as a,
+        PostgresStore.open(pg_url, lease_ttl_s=ttl) as b,
+    ):
+        conversation = await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")
+        assert await a.acquire_lease(conversation.id)
+        fence = a.fence(conversation.id)
+        assert fence is not None
+        instances = a._instances
+        await eventually("the first renewal", lambda: instances._beat_connection is not None)
+        beat = instances._beat_connection
+        assert beat is not None
+        admin = await asyncpg.connect(pg_url)
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", beat.get_server_pid())
+        finally:
+            await admin.close()
+        await eventually(
+            "a new heartbeat connection", lambda: instances._beat_connection not in (None, beat)
+        )
+        await asyncio.sleep(ttl * 2)  # long past the life of the last renewal before the kill
         assert a.fresh(fence)
         assert not await b.acquire_lease(conversation.id)
