@@ -103,6 +103,7 @@ class Instances:
         self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
         self._overflowed = False
         self._listener: asyncio.Task[None] | None = None
+        self.listening: asyncpg.Connection | None = None  # the connection LISTENing now
         self._heartbeat: asyncio.Task[None] | None = None
         self._beat_connection: asyncpg.Connection | None = None
         self._closed = False
@@ -338,6 +339,7 @@ class Instances:
                     ready.set_result(None)
                 await asyncio.sleep(RECONNECT_DELAY_S)
                 continue
+            self.listening = connection
             try:
                 connection.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await connection.add_listener(self.channel, self._received)
@@ -359,6 +361,7 @@ class Instances:
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("listening for other instances failed: %s", exc)
             finally:
+                self.listening = None
                 with contextlib.suppress(Exception):
                     await connection.close(timeout=2)
             await asyncio.sleep(RECONNECT_DELAY_S)

@@ -1,6 +1,7 @@
 """A TCP proxy on 127.0.0.1 that can go silent: the connections it carries stay open but
 nothing more passes (a half-open connection, as a NAT or firewall that forgot a flow leaves
-it), while new connections are carried as before."""
+it), while new connections are carried as before. It can also refuse new connections (the
+database unreachable) or take them and never answer (a database or pooler that hangs)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ class TcpProxy:
     port: int = 0
     refusing: bool = False  # new connections are closed at once (the database unreachable)
     refused: int = 0
+    black_holing: bool = False  # new connections are taken and never answered
+    black_holed: int = 0
     _a_refusal: asyncio.Event = field(default_factory=asyncio.Event)
     _server: asyncio.Server | None = None
     _flows: list[_Flow] = field(default_factory=list)
@@ -63,6 +66,14 @@ class TcpProxy:
             self.refused += 1
             self._a_refusal.set()
             client_w.close()
+            return
+        if self.black_holing:
+            self.black_holed += 1
+            flow = _Flow([client_w], silent=True)
+            self._flows.append(flow)
+            task = asyncio.create_task(self._pipe(flow, client_r, client_w))  # swallows
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             return
         try:
             server_r, server_w = await asyncio.open_connection(self.target_host, self.target_port)

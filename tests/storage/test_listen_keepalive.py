@@ -14,6 +14,7 @@ from storage import postgres_instances
 from storage.base import Resync, StopRequest
 from storage.postgres import PostgresStore
 from tests.fakes.tcp_proxy import proxying
+from tests.waiting import eventually
 
 KEY = "slack:T1:C1:1.0"
 LIMIT_S = 30.0  # a hang guard: with checks every 0.3 s the silence is noticed in about 2 s
@@ -79,3 +80,48 @@ async def test_listening_is_retried_until_the_database_answers_again(
         assert await asyncio.wait_for(anext(notices), LIMIT_S) == Resync()
         await b.publish_stop(KEY, 4)
         assert await asyncio.wait_for(anext(notices), LIMIT_S) == StopRequest(KEY, 4, None, None)
+
+
+async def test_a_database_that_takes_the_connection_and_never_answers_is_tried_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listening again after a drop meets a database that accepts the connection and then
+    says nothing (hung, or a pooler in front of a dead one): each attempt gives up within the
+    check's timeout and another is made, so listening resumes soon after it answers again."""
+    monkeypatch.setattr(postgres_instances, "RECONNECT_DELAY_S", 0.1)
+    monkeypatch.setattr(postgres_instances, "LISTEN_CHECK_TIMEOUT_S", 1.0)
+    server = urlsplit(pg_url)
+    assert server.hostname is not None and server.port is not None
+    async with (
+        proxying(server.hostname, server.port) as proxy,
+        PostgresStore.open(through(pg_url, proxy.port)) as a,
+        PostgresStore.open(pg_url) as b,
+    ):
+        notices = a.notifications()
+        proxy.black_holing = True
+        admin = await asyncpg.connect(pg_url)
+        try:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query = $1 AND pid <> pg_backend_pid()",
+                f'LISTEN "{a._instances.channel}"',
+            )
+        finally:
+            await admin.close()
+        # Attempts a second or so apart; one without a bound would hang for a minute.
+        await eventually("three attempts that got no answer", lambda: proxy.black_holed >= 3, 20.0)
+        proxy.black_holing = False
+        assert await asyncio.wait_for(anext(notices), LIMIT_S) == Resync()
+        await b.publish_stop(KEY, 5)
+        assert await asyncio.wait_for(anext(notices), LIMIT_S) == StopRequest(KEY, 5, None, None)
+
+
+async def test_the_listening_session_asks_the_server_for_tcp_keepalives(pg_url: str) -> None:
+    # Over TCP the server then ends a dead client's session by itself (30 + 3 × 10 s).
+    async with PostgresStore.open(pg_url) as a:
+        listening = a._instances.listening
+        assert listening is not None
+        settings = {
+            name: await listening.fetchval(f"SHOW {name}") for name in postgres_instances.KEEPALIVES
+        }
+        assert settings == postgres_instances.KEEPALIVES
