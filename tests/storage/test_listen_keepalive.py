@@ -125,3 +125,20 @@ async def test_the_listening_session_asks_the_server_for_tcp_keepalives(pg_url: 
             name: await listening.fetchval(f"SHOW {name}") for name in postgres_instances.KEEPALIVES
         }
         assert settings == postgres_instances.KEEPALIVES
+
+
+async def test_a_store_whose_connections_went_silent_still_closes(pg_url: str) -> None:
+    """A shutdown while the network between Teammate and its database is black-holed (every
+    connection open is silent): closing gives up on the goodbyes within a bound, so the
+    process can exit and another instance take over."""
+    server = urlsplit(pg_url)
+    assert server.hostname is not None and server.port is not None
+    async with proxying(server.hostname, server.port) as proxy:
+        a = await PostgresStore.open(through(pg_url, proxy.port))
+        await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")  # a pooled one too
+        assert proxy.silence_open_connections() >= 2
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(a.close(), 60)
+        # About 5 s (the goodbyes' timeout, all at once); unbounded, it never ends.
+        assert loop.time() - started < 25
