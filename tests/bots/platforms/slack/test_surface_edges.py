@@ -137,6 +137,26 @@ async def test_eyes_are_skipped_when_the_answer_is_already_visible(
     assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
 
 
+async def test_no_eyes_while_a_stream_shows_text_the_retried_reply_has_not_written_yet(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # The provider retried the reply: the new one has written nothing visible yet, but the
+    # stream still shows the first attempt's words, so the run does not look unseen.
+    surface, question = make_surface(slack_client, fake_slack, streaming=True, working_delay_s=3600)
+    reply = Reply()
+    await start_streaming(surface, fake_slack, reply)
+    retried = Reply()
+    await surface.emit(retried.text("\n"))
+    await surface._show_working()  # what the working delay's timer runs (no waiting on a clock)
+    await surface.emit(retried.text("The real answer."))
+    await surface.emit(retried.end())
+    await surface.emit(finished("The real answer."))
+    await surface.close()
+    assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert markdown_of(answer).strip() == "The real answer."
+
+
 async def test_eyes_in_flight_when_the_answer_ends_are_still_taken_away(
     fake_slack: FakeSlack, slack_client: AsyncWebClient
 ) -> None:
