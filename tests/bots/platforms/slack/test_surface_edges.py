@@ -651,3 +651,28 @@ async def test_an_answer_within_the_default_working_delay_shows_no_eyes(
     assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
     [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
     assert markdown_of(answer) == "Yes." and has_feedback(answer)
+
+
+async def test_a_run_shown_from_a_stored_ref_updates_one_message_and_never_streams(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # A message another instance accepted (or a run resumed after a restart) is shown through
+    # a surface made from its stored ref; such a surface cannot finish a stream it started,
+    # so its answer is written into one message by updates, as in a workspace without streams.
+    question = fake_slack.seed_message(CHANNEL, "<@UBOT> question", user=ALICE.id)
+    ref = {"platform": "slack", "team": fake_slack.team_id, "channel": CHANNEL}
+    ref |= {"thread_ts": question["ts"], "message_ts": question["ts"], "user": ALICE.id}
+    options = SurfaceOptions(update_interval_s=0.02, activity_delay_s=3600, working_delay_s=3600)
+    surface = SlackSurface.from_ref(slack_client, ref, options=options)
+    assert surface is not None
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("Picked up where it was left."))
+    await fake_slack.wait_for(lambda f: len(f.bot_replies(CHANNEL, question["ts"])) == 1)
+    await surface.emit(reply.end())
+    await surface.emit(finished("Picked up where it was left."))
+    await surface.close()
+    assert not fake_slack.calls_to("chat.startStream")
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert markdown_of(answer) == "Picked up where it was left." and has_feedback(answer)
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
