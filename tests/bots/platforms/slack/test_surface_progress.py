@@ -144,3 +144,34 @@ async def test_the_stop_button_is_not_held_back_for_a_stream_that_could_not_star
     [answer] = fake_slack.bot_replies(CHANNEL, thread)
     assert answer["text"] == "Slow start" and has_feedback(answer)
     assert len(fake_slack.deleted) == 1 and has_stop(fake_slack.deleted[0])
+
+
+async def test_a_stream_that_turned_out_to_narrate_becomes_the_in_progress_message(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    """The reply streamed its words, then called a tool: the stream showed narration, not the
+    answer, so its message becomes the in-progress message at once (the words and the Stop
+    button), and at the end the tool activity, with nothing posted beside it."""
+    surface, question = make_surface(slack_client, fake_slack, streaming=True)
+    thread = question["ts"]
+    await surface.emit(started())
+    looking = Reply()
+    await surface.emit(looking.text("Let me look at the logs."))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream", ok_only=True)))
+    while surface.ref["stream_ts"] is None:  # noqa: ASYNC110 (the surface reads the answer)
+        await asyncio.sleep(0.01)
+    looking.partial.content.append(ToolCall(id="t1", name="read", arguments={}))
+    await surface.emit(looking.end())
+    await fake_slack.wait_for(
+        lambda f: progress_shows(f, thread, status="Working…", text="Let me look at the logs.")
+    )
+    await surface.emit(tool_start("t1", "read", "Read deploy.log", path="deploy.log"))
+    await surface.emit(finished("", "aborted", error_text="Stopped by Alice."))
+    await surface.close()
+
+    [message] = fake_slack.bot_replies(CHANNEL, thread)
+    assert markdown_of(message).strip() == "Let me look at the logs."
+    assert [a["title"] for a in message["attachments"]] == ["Read deploy.log"]
+    assert any("Stopped by Alice." in text for text in context_texts(message))
+    assert not has_stop(message) and not has_feedback(message)
+    assert message.get("streaming") != "in_progress"
