@@ -61,7 +61,7 @@ async def test_fallback_streams_into_one_message_then_shows_the_final_answer(
     assert not has_stop(final)
     assert has_feedback(final)
     assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
-    assert fake_slack.calls_to("chat.startStream")  # tried once, then fell back
+    assert len(fake_slack.calls_to("chat.startStream")) == 1  # tried once, then fell back
     assert len(fake_slack.calls_to("chat.postMessage")) == 1
     assert surface.ref["progress_ts"] == final["ts"]
     assert surface.ref["thread_ts"] == question["ts"]
@@ -247,6 +247,9 @@ async def test_one_attachment_per_tool_call_coloured_by_outcome(
     assert not any(has_stop(m) for m in replies)  # Stop removed once done
     # The answer shows once: streamed beside the activity, or in it when it came last.
     assert [markdown_of(m) for m in replies if markdown_of(m)] == ["Found 50 TODOs."]
+    # Only the answer streams: the tool activity before it started no (empty) stream.
+    starts = [c.args["markdown_text"] for c in fake_slack.calls_to("chat.startStream")]
+    assert all(text == "Found 50 TODOs." for text in starts)
 
 
 async def test_a_stopped_run_says_so_and_loses_its_stop_button(
@@ -425,6 +428,9 @@ async def test_tool_activity_is_posted_above_an_answer_that_streams_in_the_same_
     [activity, answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
     assert activity["attachments"] and not has_stop(activity)
     assert markdown_of(answer).strip() == ANSWER and has_feedback(answer)
+    # One stream, started by the answer's text (not by the tool activity before it).
+    assert answer["streaming"] == "completed"
+    assert [c.args["markdown_text"] for c in fake_slack.calls_to("chat.startStream")] == [ANSWER]
 
 
 async def test_after_a_429_on_append_stream_nothing_more_is_appended_until_retry_after(

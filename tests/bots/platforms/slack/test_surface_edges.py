@@ -10,7 +10,14 @@ import functools
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bots.platforms.slack import blocks
-from bots.platforms.slack.surface import DONE_REACTION, SlackFeatures, SlackSurface, SurfaceOptions
+from bots.platforms.slack.surface import (
+    DONE_REACTION,
+    INTERRUPTED_REACTION,
+    SlackFeatures,
+    SlackSurface,
+    SlackSurfaces,
+    SurfaceOptions,
+)
 from bots.surface.contract import Notice
 from bots.surface.feed import SurfaceFeed
 from tests.bots.platforms.slack.surface_script import (
@@ -18,6 +25,7 @@ from tests.bots.platforms.slack.surface_script import (
     CHANNEL,
     RUN_ID,
     Reply,
+    context_texts,
     fences_balanced,
     finished,
     has_feedback,
@@ -127,6 +135,26 @@ async def test_eyes_are_skipped_when_the_answer_is_already_visible(
     await surface.close()
     assert "reactions.remove" not in [call.method for call in fake_slack.calls]
     assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
+
+
+async def test_no_eyes_while_a_stream_shows_text_the_retried_reply_has_not_written_yet(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # The provider retried the reply: the new one has written nothing visible yet, but the
+    # stream still shows the first attempt's words, so the run does not look unseen.
+    surface, question = make_surface(slack_client, fake_slack, streaming=True, working_delay_s=3600)
+    reply = Reply()
+    await start_streaming(surface, fake_slack, reply)
+    retried = Reply()
+    await surface.emit(retried.text("\n"))
+    await surface._show_working()  # what the working delay's timer runs (no waiting on a clock)
+    await surface.emit(retried.text("The real answer."))
+    await surface.emit(retried.end())
+    await surface.emit(finished("The real answer."))
+    await surface.close()
+    assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert markdown_of(answer).strip() == "The real answer."
 
 
 async def test_eyes_in_flight_when_the_answer_ends_are_still_taken_away(
@@ -273,6 +301,8 @@ async def test_a_surface_closed_without_an_ending_still_loses_its_stop_button(
     await surface.close()
     [message] = fake_slack.bot_replies(CHANNEL, question["ts"])
     assert not has_stop(message)
+    assert context_texts(message)[-1] == "❌ This answer ended unexpectedly."
+    assert markdown_of(message) == ""  # no answer made up: the tool activity and the error
     assert fake_slack.reactions(CHANNEL, question["ts"]) == ["x"]
 
 
@@ -427,10 +457,22 @@ def test_a_ref_round_trips_and_foreign_or_broken_refs_give_no_surface(
         "message_ts": "1.000001",
         "user": "U1",
         "progress_ts": "2.000002",
-        "stream_ts": None,
+        "stream_ts": "3.000003",
     }
     surface = SlackSurface.from_ref(slack_client, ref)
     assert surface is not None and surface.ref == ref
+    # A run that showed nothing yet (or a ref from before a field existed): blanks are none.
+    sparse = {"platform": "slack", "channel": "C1", "thread_ts": "1.000001", "message_ts": ""}
+    surface = SlackSurface.from_ref(slack_client, sparse)
+    assert surface is not None
+    assert surface.ref == {
+        **sparse,
+        "team": "",
+        "message_ts": None,
+        "user": None,
+        "progress_ts": None,
+        "stream_ts": None,
+    }
     for broken in ({}, {"platform": "terminal"}, {**ref, "channel": 5}, {**ref, "thread_ts": None}):
         assert SlackSurface.from_ref(slack_client, broken) is None
 
@@ -548,3 +590,89 @@ async def test_the_stream_is_recorded_with_the_run_before_its_end_is_shown(
         recorded,
         methods,
     )
+
+
+async def test_a_recovered_run_takes_away_the_earlier_eyes_and_shows_no_usage_or_votes(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # The process that ran the answer put 👀 on Alice's message and died; whoever recovers
+    # the run (knowing nothing of its usage) says where it stopped, with ⚠️ instead of 👀.
+    question = fake_slack.seed_message(CHANNEL, "<@UBOT> question", user=ALICE.id)
+    await slack_client.reactions_add(channel=CHANNEL, timestamp=question["ts"], name="eyes")
+    ref = {"platform": "slack", "team": fake_slack.team_id, "channel": CHANNEL}
+    ref |= {"thread_ts": question["ts"], "message_ts": question["ts"], "user": ALICE.id}
+    surfaces = SlackSurfaces(slack_client, options=SurfaceOptions(usage_footer=True))
+    recovered = surfaces.for_ref("slack:T0TEAM:C0CHAN:1", ref)
+    assert recovered is not None
+    await recovered.emit(finished("Half an answ", "interrupted", error_text="Interrupted."))
+    await recovered.close()
+    [message] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert markdown_of(message) == "Half an answ"
+    assert not has_feedback(message)  # an interrupted answer is not one to vote on
+    assert not any("tokens" in text for text in context_texts(message))
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [INTERRUPTED_REACTION]
+
+
+async def test_the_answer_streams_to_the_runs_author_when_the_surface_was_made_for_nobody(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # A surface made before its author was known (a scheduled run's thread, say): Slack needs
+    # a recipient to stream in a channel, and the run's author is the one.
+    question = fake_slack.seed_message(CHANNEL, "<@UBOT> question", user=ALICE.id)
+    surface = SlackSurface(
+        slack_client,
+        team_id=fake_slack.team_id,
+        channel=CHANNEL,
+        thread_ts=question["ts"],
+        features=SlackFeatures(streaming=True),
+        options=SurfaceOptions(update_interval_s=0.02, activity_delay_s=3600),
+    )
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("Streaming along"))
+    await fake_slack.wait_for(lambda f: bool(f.calls_to("chat.startStream")))
+    await surface.emit(reply.end())
+    await surface.emit(finished("Streaming along"))
+    await surface.close()
+    assert fake_slack.calls_to("chat.startStream")[0].args["recipient_user_id"] == ALICE.id
+    assert surface.ref["user"] == ALICE.id
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert answer["text"] == "Streaming along" and has_feedback(answer)
+
+
+async def test_an_answer_within_the_default_working_delay_shows_no_eyes(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # About a second (the default): an answer that ends sooner costs its message and ✅ only.
+    surface, question = make_surface(slack_client, fake_slack, working_delay_s=1.0)
+    await surface.emit(started())
+    await surface.emit(finished("Yes."))
+    await surface.close()
+    assert [c.args["name"] for c in fake_slack.calls_to("reactions.add")] == [DONE_REACTION]
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert markdown_of(answer) == "Yes." and has_feedback(answer)
+
+
+async def test_a_run_shown_from_a_stored_ref_updates_one_message_and_never_streams(
+    fake_slack: FakeSlack, slack_client: AsyncWebClient
+) -> None:
+    # A message another instance accepted (or a run resumed after a restart) is shown through
+    # a surface made from its stored ref; such a surface cannot finish a stream it started,
+    # so its answer is written into one message by updates, as in a workspace without streams.
+    question = fake_slack.seed_message(CHANNEL, "<@UBOT> question", user=ALICE.id)
+    ref = {"platform": "slack", "team": fake_slack.team_id, "channel": CHANNEL}
+    ref |= {"thread_ts": question["ts"], "message_ts": question["ts"], "user": ALICE.id}
+    options = SurfaceOptions(update_interval_s=0.02, activity_delay_s=3600, working_delay_s=3600)
+    surface = SlackSurface.from_ref(slack_client, ref, options=options)
+    assert surface is not None
+    await surface.emit(started())
+    reply = Reply()
+    await surface.emit(reply.text("Picked up where it was left."))
+    await fake_slack.wait_for(lambda f: len(f.bot_replies(CHANNEL, question["ts"])) == 1)
+    await surface.emit(reply.end())
+    await surface.emit(finished("Picked up where it was left."))
+    await surface.close()
+    assert not fake_slack.calls_to("chat.startStream")
+    [answer] = fake_slack.bot_replies(CHANNEL, question["ts"])
+    assert markdown_of(answer) == "Picked up where it was left." and has_feedback(answer)
+    assert fake_slack.reactions(CHANNEL, question["ts"]) == [DONE_REACTION]
