@@ -256,6 +256,27 @@ async def test_a_long_answers_one_message_posted_after_a_tool_is_found_and_gets_
     assert head["content"] == "✅ Used 1 tool"
 
 
+async def test_an_answer_killed_before_it_showed_goes_into_the_working_head(
+    ready_bot: commands.Bot, fake_discord: FakeDiscord
+) -> None:
+    """Killed while the head still said "working" (the ref names only the head): after the
+    restart the head shows the answer's first part, the second follows it, nothing else."""
+    channel = general(fake_discord)
+    before = surface_in(ready_bot, channel, conversation_channel_id=channel)
+    await before.emit(RunStarted(key(channel), RUN, ADA))
+    stored = dict(before.ref)
+    await before.close()
+    (head,) = fake_discord.channel_messages(channel)
+    assert head["content"] == WORKING_TEXT and "parts" not in stored
+    answer = paragraphs("brook", 10)
+    after = recovered(ready_bot, channel, stored)
+    await after.emit(finished(channel, answer))
+    await after.close()
+    shown = fake_discord.channel_messages(channel)
+    assert shown[0]["id"] == head["id"]
+    assert_parts_once(shown, answer)
+
+
 @pytest.mark.parametrize("known", ["named by the ref", "found after it"])
 async def test_a_recovered_answer_is_rewritten_within_the_channels_limit(
     ready_bot: commands.Bot, fake_discord: FakeDiscord, known: str
