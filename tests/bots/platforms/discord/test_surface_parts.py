@@ -137,3 +137,6 @@ def test_only_a_fence_line_is_taken_off_the_end() -> None:
     assert not continues("Rivers\n`~`", "Rivers\nflow")  # nor a line mixing both markers
     assert continues("```", "```python\nprint(1)")  # a lone fence opener is text
     assert continues("Look:\n~~~", "Look:\n~~~python")
+    # A part may begin indented (a nested list item): only the end is trimmed.
+    indented = "  - item\n```\ncode"
+    assert continues(f"{indented}\n```", f"{indented}\nmore\n```\nAfter the code.")
