@@ -71,6 +71,8 @@ DEFAULT_PATTERNS = (
     "bots/platforms/discord/events.py",  # the Discord one, when it lands
     "bots/journal.py",  # acknowledged events not yet accepted (100 % on its sample)
     "bots/platforms/slack/surface.py",  # one run shown in a Slack thread (99 % on its sample)
+    "bots/platforms/discord/surface_recovery.py",  # restart recovery (98.9 % on its sample)
+    "bots/platforms/discord/surface_parts.py",  # answer text as messages (100 %)
 )
 
 # Matched by a pattern above but not the store's logic: the schema has its own tests.

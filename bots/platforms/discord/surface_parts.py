@@ -82,6 +82,6 @@ def _unfenced_end(text: str) -> str:
     """`text` without trailing blanks and a closing fence line (added by a split)."""
     text = text.rstrip()
     head, _, last = text.rpartition("\n")
-    if head and last.strip() and set(last.strip()) <= {"`", "~"}:
+    if head and set(last.strip()) in ({"`"}, {"~"}):  # one marker's characters: a fence
         return head.rstrip()
     return text

@@ -13,6 +13,7 @@ from discord.ext import commands
 from bots.platforms.discord.surface import (
     MESSAGE_LIMIT,
     OVERFLOW_FILE,
+    WRITING_TEXT,
     DiscordSurface,
     DiscordSurfaces,
     attached_text,
@@ -171,9 +172,14 @@ async def test_a_huge_answer_recovered_attaches_its_file_once(
     assert len(files) == 1
     ref = {"while in parts": in_parts, "before the file": streamed, "after the file": stored[-1]}
     assert stored[-1].get("attached") is True
+    requests_before = len(fake_discord.requests)
     after = recovered(ready_bot, channel, ref[stored_when])
     await after.emit(finished(channel, answer))
     await after.close()
+    recovering = fake_discord.requests[requests_before:]
+    if stored_when == "after the file":  # it says so: the file stays, the note never regresses
+        assert not [r for r in recovering if r.files], "the file is not uploaded again"
+        assert not [r for r in recovering if WRITING_TEXT in str(r.json)]
     (note,) = fake_discord.channel_messages(channel)  # the head, holding the whole answer
     (attached,) = note["attachments"]
     assert attached["filename"] == OVERFLOW_FILE and attached["data"] == answer
