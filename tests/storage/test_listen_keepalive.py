@@ -26,6 +26,20 @@ def through(url: str, port: int) -> str:
     return urlunsplit(parts._replace(netloc=f"{userinfo}@127.0.0.1:{port}"))
 
 
+async def end_listening_sessions(pg_url: str, channel: str) -> int:
+    """End every session LISTENing on `channel` (as a failover or an admin would); how many."""
+    admin = await asyncpg.connect(pg_url)
+    try:
+        ended: int = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE query = $1 AND pid <> pg_backend_pid()",
+            f'LISTEN "{channel}"',
+        )
+    finally:
+        await admin.close()
+    return ended
+
+
 async def test_a_silently_dead_listening_connection_is_noticed_and_remade(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -65,15 +79,7 @@ async def test_listening_is_retried_until_the_database_answers_again(
     ):
         notices = a.notifications()
         proxy.refusing = True
-        admin = await asyncpg.connect(pg_url)
-        try:
-            killed = await admin.fetchval(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE query = $1 AND pid <> pg_backend_pid()",
-                f'LISTEN "{a._instances.channel}"',
-            )
-        finally:
-            await admin.close()
+        killed = await end_listening_sessions(pg_url, a._instances.channel)
         assert killed == 2  # A's and B's listeners
         await asyncio.wait_for(proxy.refusals(3), LIMIT_S)  # A keeps trying
         proxy.refusing = False
@@ -99,15 +105,7 @@ async def test_a_database_that_takes_the_connection_and_never_answers_is_tried_a
     ):
         notices = a.notifications()
         proxy.black_holing = True
-        admin = await asyncpg.connect(pg_url)
-        try:
-            await admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE query = $1 AND pid <> pg_backend_pid()",
-                f'LISTEN "{a._instances.channel}"',
-            )
-        finally:
-            await admin.close()
+        await end_listening_sessions(pg_url, a._instances.channel)
         # Attempts a second or so apart; one without a bound would hang for a minute.
         await eventually("three attempts that got no answer", lambda: proxy.black_holed >= 3, 20.0)
         proxy.black_holing = False
