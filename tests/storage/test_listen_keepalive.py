@@ -5,6 +5,8 @@ instances reach this one again (issue 24, "Also found")."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -13,7 +15,7 @@ import pytest
 from storage import postgres_instances
 from storage.base import Resync, StopRequest
 from storage.postgres import PostgresStore
-from tests.fakes.tcp_proxy import proxying
+from tests.fakes.tcp_proxy import TcpProxy, proxying
 from tests.waiting import eventually
 
 KEY = "slack:T1:C1:1.0"
@@ -24,6 +26,28 @@ def through(url: str, port: int) -> str:
     parts = urlsplit(url)
     userinfo = parts.netloc.rpartition("@")[0]
     return urlunsplit(parts._replace(netloc=f"{userinfo}@127.0.0.1:{port}"))
+
+
+@asynccontextmanager
+async def proxy_to(pg_url: str) -> AsyncIterator[TcpProxy]:
+    """A proxy in front of the test database (whose address `through` then points at)."""
+    server = urlsplit(pg_url)
+    assert server.hostname is not None and server.port is not None
+    async with proxying(server.hostname, server.port) as proxy:
+        yield proxy
+
+
+@asynccontextmanager
+async def proxied_pair(
+    pg_url: str,
+) -> AsyncIterator[tuple[TcpProxy, PostgresStore, PostgresStore]]:
+    """Instance A reaching the database through a proxy the test controls; B directly."""
+    async with (
+        proxy_to(pg_url) as proxy,
+        PostgresStore.open(through(pg_url, proxy.port)) as a,
+        PostgresStore.open(pg_url) as b,
+    ):
+        yield proxy, a, b
 
 
 async def end_listening_sessions(pg_url: str, channel: str) -> int:
@@ -45,13 +69,7 @@ async def test_a_silently_dead_listening_connection_is_noticed_and_remade(
 ) -> None:
     monkeypatch.setattr(postgres_instances, "LISTEN_CHECK_S", 0.3)
     monkeypatch.setattr(postgres_instances, "LISTEN_CHECK_TIMEOUT_S", 1.0)
-    server = urlsplit(pg_url)
-    assert server.hostname is not None and server.port is not None
-    async with (
-        proxying(server.hostname, server.port) as proxy,
-        PostgresStore.open(through(pg_url, proxy.port)) as a,
-        PostgresStore.open(pg_url) as b,
-    ):
+    async with proxied_pair(pg_url) as (proxy, a, b):
         notices = a.notifications()
         await b.publish_stop(KEY, 1)
         assert await asyncio.wait_for(anext(notices), LIMIT_S) == StopRequest(KEY, 1, None, None)
@@ -70,13 +88,7 @@ async def test_listening_is_retried_until_the_database_answers_again(
     """The listening connection drops while the database cannot be reached: every attempt to
     listen again fails for a while, and listening resumes once it can be reached."""
     monkeypatch.setattr(postgres_instances, "RECONNECT_DELAY_S", 0.1)
-    server = urlsplit(pg_url)
-    assert server.hostname is not None and server.port is not None
-    async with (
-        proxying(server.hostname, server.port) as proxy,
-        PostgresStore.open(through(pg_url, proxy.port)) as a,
-        PostgresStore.open(pg_url) as b,
-    ):
+    async with proxied_pair(pg_url) as (proxy, a, b):
         notices = a.notifications()
         proxy.refusing = True
         killed = await end_listening_sessions(pg_url, a._instances.channel)
@@ -96,13 +108,7 @@ async def test_a_database_that_takes_the_connection_and_never_answers_is_tried_a
     check's timeout and another is made, so listening resumes soon after it answers again."""
     monkeypatch.setattr(postgres_instances, "RECONNECT_DELAY_S", 0.1)
     monkeypatch.setattr(postgres_instances, "LISTEN_CHECK_TIMEOUT_S", 1.0)
-    server = urlsplit(pg_url)
-    assert server.hostname is not None and server.port is not None
-    async with (
-        proxying(server.hostname, server.port) as proxy,
-        PostgresStore.open(through(pg_url, proxy.port)) as a,
-        PostgresStore.open(pg_url) as b,
-    ):
+    async with proxied_pair(pg_url) as (proxy, a, b):
         notices = a.notifications()
         proxy.black_holing = True
         await end_listening_sessions(pg_url, a._instances.channel)
@@ -129,9 +135,7 @@ async def test_a_store_whose_connections_went_silent_still_closes(pg_url: str) -
     """A shutdown while the network between Teammate and its database is black-holed (every
     connection open is silent): closing gives up on the goodbyes within a bound, so the
     process can exit and another instance take over."""
-    server = urlsplit(pg_url)
-    assert server.hostname is not None and server.port is not None
-    async with proxying(server.hostname, server.port) as proxy:
+    async with proxy_to(pg_url) as proxy:
         a = await PostgresStore.open(through(pg_url, proxy.port))
         await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")  # a pooled one too
         assert proxy.silence_open_connections() >= 2
