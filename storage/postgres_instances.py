@@ -383,8 +383,11 @@ class Instances:
         for task in (self._heartbeat, self._listener):
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                # Not `await task`: that would take this caller's own cancellation (a grace
+                # period running out) for the task's, swallow it and return late.
+                await asyncio.wait([task])
+                if not task.cancelled():
+                    task.exception()  # retrieved: it ended on its way out, nothing to add
         if self._held:  # a clean shutdown hands its conversations over at once
             with contextlib.suppress(Exception):
                 await self._pool.execute(

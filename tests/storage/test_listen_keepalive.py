@@ -144,3 +144,22 @@ async def test_a_store_whose_connections_went_silent_still_closes(pg_url: str) -
         await asyncio.wait_for(a.close(), 60)
         # About 5 s (the goodbyes' timeout, all at once); unbounded, it never ends.
         assert loop.time() - started < 25
+
+
+async def test_a_close_its_caller_gave_up_on_ends_when_told(pg_url: str) -> None:
+    """An orchestrator's grace is a timeout around closing: when it runs out while the
+    goodbyes wait on a silent network, closing must end then, not swallow the cancellation
+    and return seconds later as if it had been given all the time it took."""
+    async with proxy_to(pg_url) as proxy:
+        a = await PostgresStore.open(through(pg_url, proxy.port))
+        await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")
+        assert proxy.silence_open_connections() >= 2
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(a.close(), 0.5)
+        # The listener's goodbye alone waits 2 s; the pool's another 5.
+        assert loop.time() - started < 1.8
+        # The test's own tidying, which the process exiting would do: whatever is left.
+        await asyncio.wait_for(a._instances.close(), 30)
+        await asyncio.wait_for(a._pool.close(), 30)
