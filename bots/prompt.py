@@ -133,6 +133,14 @@ def attributed_text(author: Author, timestamp: float, text: str) -> str:
     return f"{user_header(author, timestamp)}\n{text}"
 
 
+def without_header(author: Author, text: str) -> str:
+    """What the person wrote, for people who see the author beside it: the text less the
+    header `attributed_text` put first (any header of theirs: the clock's format may change)."""
+    first, newline, rest = text.partition("\n")
+    opens = f"[{author.name} ({author.id}) · "
+    return rest if newline and first.startswith(opens) and first.endswith("]") else text
+
+
 def summary_text(summary: str) -> str:
     return (
         f"{SUMMARY_OPEN}\nThe earlier part of this conversation was summarised to save space:\n"

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bots.prompt import is_context_note
+from bots.prompt import is_context_note, without_header
 from core.messages import AssistantMessage, UserMessage
 from storage.base import ConversationFilter, StoredMessage, TraceEvent
 
@@ -106,8 +106,10 @@ def thread_lines(messages: Sequence[StoredMessage], *, hide_text: bool) -> list[
     for stored in messages:
         message = stored.message
         if isinstance(message, UserMessage) and not is_context_note(message):
-            who = message.author.name if message.author else "someone"
-            text = HIDDEN if hide_text else _bounded(message.text())
+            who, text = "someone", message.text()
+            if message.author is not None:  # shown beside it: the model's header, left out
+                who, text = message.author.name, without_header(message.author, text)
+            text = HIDDEN if hide_text else _bounded(text)
             lines.append(ThreadLine(stored.seq, who, message.timestamp, text, False))
         elif isinstance(message, AssistantMessage) and message.text().strip():
             text = HIDDEN if hide_text else _bounded(message.text())

@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from bots.console.conversations_view import HIDDEN, read_filter, thread_link
+from bots.console.conversations_view import HIDDEN, read_filter, thread_lines, thread_link
+from bots.prompt import attributed_text
 from bots.runner import ConversationRunner
 from bots.settings import SlackSettings
+from core.messages import Author, UserMessage
 from core.models.scripted import Reply, ScriptedModel, call
+from storage.records import StoredMessage
 from tests.bots.console.browser import new_page, shoot, signed_in
 from tests.bots.console.conftest import StartConsole, console_settings
 from tests.bots.console.test_traces import EchoTool
@@ -67,6 +70,8 @@ async def test_a_conversation_shows_its_thread_inert_and_its_runs_trace(
         assert response is not None and response.status == 200
         main = await page.inner_text("main")
         assert HOSTILE in main and await page.evaluate("window.__pwned") is None
+        # What the person wrote, once: the stamp the model reads is the author line above it.
+        assert await page.inner_text("li.said .text") == f"what is {HOSTILE}?"
         # The trace: the model calls with their tokens and stop reasons, the tool call with
         # its label, its arguments and result behind a disclosure, the answer's timings.
         assert "Model call (turn 1)" in main and "stop reason: tool_use" in main
@@ -153,3 +158,24 @@ def test_filters_from_a_hostile_query_string_are_bounded_or_left_out() -> None:
     assert wanted.until == 1767398400.0  # the end of the day named (UTC)
     assert thread_link("discord:dm:42") == "https://discord.com/channels/@me/42"
     assert thread_link("slack:T1:C1:1.0/../x") is None and thread_link("terminal:x") is None
+
+
+def test_a_person_s_line_leaves_out_the_model_s_header_and_nothing_they_wrote() -> None:
+    ada = Author(id="U1", name="Ada")
+    said = [
+        attributed_text(ada, 1_700_000_000, "hello\nsecond line"),
+        "[Ada (U1) · looks like a header but is all they wrote]",  # no line after it
+        "[Bob (U2) · 2023-11-14 22:13 UTC]\nquoting Bob",  # someone else's stamp, quoted
+    ]
+    lines = thread_lines(
+        [
+            StoredMessage(n, UserMessage(content=text, author=ada, timestamp=1_700_000_000))
+            for n, text in enumerate(said, 1)
+        ],
+        hide_text=False,
+    )
+    assert [(line.who, line.text) for line in lines] == [
+        ("Ada", "hello\nsecond line"),
+        ("Ada", said[1]),
+        ("Ada", said[2]),
+    ]
