@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -15,26 +14,12 @@ import pytest
 from storage import postgres_instances
 from storage.base import Resync, StopRequest
 from storage.postgres import PostgresStore
-from tests.fakes.tcp_proxy import TcpProxy, proxying
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.storage.proxied import proxy_to, through
 from tests.waiting import eventually
 
 KEY = "slack:T1:C1:1.0"
 LIMIT_S = 30.0  # a hang guard: with checks every 0.3 s the silence is noticed in about 2 s
-
-
-def through(url: str, port: int) -> str:
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rpartition("@")[0]
-    return urlunsplit(parts._replace(netloc=f"{userinfo}@127.0.0.1:{port}"))
-
-
-@asynccontextmanager
-async def proxy_to(pg_url: str) -> AsyncIterator[TcpProxy]:
-    """A proxy in front of the test database (whose address `through` then points at)."""
-    server = urlsplit(pg_url)
-    assert server.hostname is not None and server.port is not None
-    async with proxying(server.hostname, server.port) as proxy:
-        yield proxy
 
 
 @asynccontextmanager
