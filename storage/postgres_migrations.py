@@ -382,6 +382,7 @@ def _check_names(migrations: Sequence[PgMigration]) -> None:
 
 _check_names(MIGRATIONS)
 
+MIGRATION_TIMEOUT_S = 3600.0
 _LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || '.teammate_migrations'))"
 
 
@@ -443,7 +444,10 @@ async def migrate(
     if state.version == len(migrations):
         return []
     async with connection.transaction():
-        await connection.execute(_LOCK_SQL)
+        # Waiting for another instance's migration, or one rewriting a large table, may
+        # take far longer than any other statement (the pool's bound, which a hung
+        # connection still meets here in the end).
+        await connection.execute(_LOCK_SQL, timeout=MIGRATION_TIMEOUT_S)
         state = await inspect(connection, where, migrations)  # another instance may have won
         pending = list(enumerate(migrations, start=1))[state.version :]
         await connection.execute(
@@ -453,7 +457,7 @@ async def migrate(
         )
         for version, step in pending:
             try:
-                await connection.execute(step.sql)
+                await connection.execute(step.sql, timeout=MIGRATION_TIMEOUT_S)
             except asyncpg.PostgresError as exc:
                 raise SchemaError(f"migration {step.name} failed on {where}: {exc}") from exc
             await connection.execute(

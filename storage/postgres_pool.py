@@ -8,7 +8,10 @@ each call pays only for the list pop and push here (`benchmarks/pg_bench.py`).
 - `acquire()` gives an idle connection, opens one while below `max_size`, or waits (first come,
   first served) for one to come back.
 - A connection is dropped instead of reused when it closed, is still inside a transaction, or
-  its user was interrupted mid-call (cancelled): its protocol state is unknown.
+  its user was interrupted mid-call (cancelled) or timed out: its protocol state is unknown.
+- Every statement has a bound (`STATEMENT_TIMEOUT_S`): on a connection gone silent (half-open:
+  no error, no close) one would otherwise wait for good, holding its conversation and the
+  store's close. It then fails as a storage failure (`TimeoutError`).
 
 Must not: import `tools` or `bots`; know any SQL.
 """
@@ -23,6 +26,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
+
+# Far past any statement the store makes (a console search over a large history included);
+# a migration, which may rewrite a large table, passes its own.
+STATEMENT_TIMEOUT_S = 120.0
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    return await asyncpg.connect(url, command_timeout=STATEMENT_TIMEOUT_S)
 
 
 class Pool:
@@ -44,7 +55,7 @@ class Pool:
             for _ in range(pool._min_size):
                 pool._size += 1
                 try:
-                    pool._idle.append(await asyncpg.connect(url))
+                    pool._idle.append(await connect(url))
                 except BaseException:
                     pool._size -= 1
                     raise
@@ -61,8 +72,8 @@ class Pool:
         connection = await self._take()
         try:
             yield connection
-        except asyncio.CancelledError:
-            self._drop(connection)  # interrupted mid-call: its state is unknown
+        except (asyncio.CancelledError, TimeoutError):
+            self._drop(connection)  # interrupted mid-call, or silent: its state is unknown
             raise
         except BaseException:
             self._give_back(connection)
@@ -105,7 +116,7 @@ class Pool:
         if self._size < self._max_size:
             self._size += 1
             try:
-                return await asyncpg.connect(self._url)
+                return await connect(self._url)
             except BaseException:
                 self._size -= 1
                 self._wake_one_to_connect()
@@ -145,7 +156,7 @@ class Pool:
             if waiter.done():
                 continue
             self._size += 1
-            task = asyncio.ensure_future(asyncpg.connect(self._url))
+            task = asyncio.ensure_future(connect(self._url))
 
             def handed(done: asyncio.Future[asyncpg.Connection], waiter: Any = waiter) -> None:
                 if done.cancelled() or done.exception() is not None:
