@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 class _Flow:
     writers: list[asyncio.StreamWriter]
     silent: bool = False
+    ended: bool = False  # one side closed it
 
 
 @dataclass
@@ -40,6 +41,10 @@ class TcpProxy:
         for flow in self._flows:
             flow.silent = True
         return len(self._flows)
+
+    def carrying(self) -> int:
+        """How many connections are open through the proxy now (silent ones included)."""
+        return sum(1 for flow in self._flows if not flow.ended)
 
     async def refusals(self, count: int) -> None:
         """Wait until `count` connections have been refused."""
@@ -99,6 +104,7 @@ class TcpProxy:
                 await writer.drain()
             if not flow.silent:
                 writer.close()
+        flow.ended = True
 
 
 @contextlib.asynccontextmanager

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
+
 from storage.base import LeaseLost, Notification
 from storage.postgres import PostgresStore
 from tests.storage.proxied import proxy_to, through
@@ -24,6 +26,23 @@ async def lease_lost(notices: asyncio.Queue[Notification]) -> LeaseLost:
     return notice
 
 
+async def lease_expiry(pg_url: str, conversation_id: int) -> float:
+    connection = await asyncpg.connect(pg_url)
+    try:
+        expiry: float = await connection.fetchval(
+            "SELECT extract(epoch FROM expires_at) FROM conversation_leases "
+            "WHERE conversation_id = $1",
+            conversation_id,
+        )
+    finally:
+        await connection.close()
+    return float(expiry)
+
+
+async def renewed_past(pg_url: str, conversation_id: int, expiry: float) -> bool:
+    return await lease_expiry(pg_url, conversation_id) > expiry
+
+
 async def test_a_heartbeat_cut_off_by_silence_says_which_lease_it_lost_once_heard_again(
     pg_url: str,
 ) -> None:
@@ -39,6 +58,11 @@ async def test_a_heartbeat_cut_off_by_silence_says_which_lease_it_lost_once_hear
                     notices.put_nowait(notice)
 
             hearing = asyncio.create_task(hear())
+            # The heartbeat's connection is made at its first renewal: wait for one.
+            first = await lease_expiry(pg_url, conversation.id)
+            await eventually(
+                "a renewal", lambda: renewed_past(pg_url, conversation.id, first), LIMIT_S
+            )
             # A's renewals now go nowhere, and so would any connection it opens.
             proxy.black_holing = True
             assert proxy.silence_open_connections() >= 2  # the heartbeat's and the listener's
@@ -47,7 +71,9 @@ async def test_a_heartbeat_cut_off_by_silence_says_which_lease_it_lost_once_hear
             await eventually(
                 "B taking the lapsed lease", lambda: b.acquire_lease(conversation.id), LIMIT_S
             )
-            await eventually("A's heartbeat connecting again", lambda: proxy.black_holed >= 1)
+            # The first connection taken into the black hole is asyncpg's, cancelling the
+            # renewal that timed out; the second is the heartbeat's own.
+            await eventually("A's heartbeat connecting again", lambda: proxy.black_holed >= 2)
             proxy.black_holing = False
             # That attempt gives up too; the next one is heard and finds the lease gone.
             assert await asyncio.wait_for(lease_lost(notices), LIMIT_S) == LeaseLost(
@@ -81,3 +107,17 @@ async def test_an_instance_keeps_nothing_of_the_conversations_it_let_go(pg_url: 
             "renewed": instances._renewed,
         }
         assert {name: len(of) for name, of in kept.items() if of} == {}
+
+
+async def test_a_closed_instance_leaves_no_connection_open(pg_url: str) -> None:
+    """Its heartbeat's connection included: one left open is a session the database keeps
+    (and counts against its connection limit) for as long as the process lives."""
+    async with proxy_to(pg_url) as proxy:
+        a = await PostgresStore.open(through(pg_url, proxy.port), lease_ttl_s=TTL_S)
+        conversation = await a.get_or_create_conversation(KEY, channel_key=CHANNEL)
+        assert await a.acquire_lease(conversation.id)
+        first = await lease_expiry(pg_url, conversation.id)
+        await eventually("a renewal", lambda: renewed_past(pg_url, conversation.id, first))
+        assert proxy.carrying() >= 4  # the pool's two, the listener's, the heartbeat's
+        await a.close()
+        await eventually("every connection closed", lambda: proxy.carrying() == 0)
