@@ -96,6 +96,15 @@ async def _probe(url: str, timeout_s: float = 5) -> str | None:
         await connection.close()
 
 
+async def fetch_value(url: str, query: str, *args: Any) -> Any:
+    """One value from the server, on a connection of the test's own (not the store's)."""
+    connection = await asyncpg.connect(url)
+    try:
+        return await connection.fetchval(query, *args)
+    finally:
+        await connection.close()
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1)

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
-
 from storage.base import LeaseLost, Notification
 from storage.postgres import PostgresStore
+from tests.storage.pg import fetch_value
 from tests.storage.proxied import proxy_to, through
 from tests.waiting import eventually
 
@@ -27,15 +26,11 @@ async def lease_lost(notices: asyncio.Queue[Notification]) -> LeaseLost:
 
 
 async def lease_expiry(pg_url: str, conversation_id: int) -> float:
-    connection = await asyncpg.connect(pg_url)
-    try:
-        expiry: float = await connection.fetchval(
-            "SELECT extract(epoch FROM expires_at) FROM conversation_leases "
-            "WHERE conversation_id = $1",
-            conversation_id,
-        )
-    finally:
-        await connection.close()
+    expiry = await fetch_value(
+        pg_url,
+        "SELECT extract(epoch FROM expires_at) FROM conversation_leases WHERE conversation_id = $1",
+        conversation_id,
+    )
     return float(expiry)
 
 

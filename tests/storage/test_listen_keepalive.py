@@ -8,13 +8,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import asyncpg
 import pytest
 
 from storage import postgres_instances
 from storage.base import Resync, StopRequest
 from storage.postgres import PostgresStore
 from tests.fakes.tcp_proxy import TcpProxy
+from tests.storage.pg import fetch_value
 from tests.storage.proxied import proxy_to, through
 from tests.waiting import eventually
 
@@ -37,15 +37,12 @@ async def proxied_pair(
 
 async def end_listening_sessions(pg_url: str, channel: str) -> int:
     """End every session LISTENing on `channel` (as a failover or an admin would); how many."""
-    admin = await asyncpg.connect(pg_url)
-    try:
-        ended: int = await admin.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE query = $1 AND pid <> pg_backend_pid()",
-            f'LISTEN "{channel}"',
-        )
-    finally:
-        await admin.close()
+    ended: int = await fetch_value(
+        pg_url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE query = $1 AND pid <> pg_backend_pid()",
+        f'LISTEN "{channel}"',
+    )
     return ended
 
 
