@@ -52,6 +52,7 @@ QUEUE_LIMIT = 10_000  # notifications waiting for the runner; past it: Resync in
 RECONNECT_DELAY_S = 1.0
 LISTEN_CHECK_S = 10.0  # how often the listening connection is asked whether it is alive
 LISTEN_CHECK_TIMEOUT_S = 5.0
+HANDOVER_TIMEOUT_S = 5.0  # the leases' hand-over at close
 # The server's TCP keepalives on the listening session (ignored over a Unix socket): a dead
 # client is found by the server in about 30 + 3 × 10 s and its session ended.
 KEEPALIVES = {
@@ -391,6 +392,8 @@ class Instances:
         if self._held:  # a clean shutdown hands its conversations over at once
             with contextlib.suppress(Exception):
                 await self._pool.execute(
-                    "DELETE FROM conversation_leases WHERE holder = $1", self.instance_id
+                    "DELETE FROM conversation_leases WHERE holder = $1",
+                    self.instance_id,
+                    timeout=HANDOVER_TIMEOUT_S,  # else they expire: within a shutdown's grace
                 )
         self._queue.put_nowait(None)

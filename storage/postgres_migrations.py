@@ -445,8 +445,7 @@ async def migrate(
         return []
     async with connection.transaction():
         # Waiting for another instance's migration, or one rewriting a large table, may
-        # take far longer than any other statement (the pool's bound, which a hung
-        # connection still meets here in the end).
+        # take far longer than the pool's bound on a statement: an hour here.
         await connection.execute(_LOCK_SQL, timeout=MIGRATION_TIMEOUT_S)
         state = await inspect(connection, where, migrations)  # another instance may have won
         pending = list(enumerate(migrations, start=1))[state.version :]

@@ -89,9 +89,10 @@ class Pool:
         async with self.acquire() as connection:
             return await connection.fetchval(query, *args)
 
-    async def execute(self, query: str, *args: Any) -> str:
+    async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:
+        """`timeout`: a bound shorter than every statement's (None: that one)."""
         async with self.acquire() as connection:
-            return str(await connection.execute(query, *args))
+            return str(await connection.execute(query, *args, timeout=timeout))
 
     async def close(self) -> None:
         self._closed = True

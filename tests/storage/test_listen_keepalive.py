@@ -116,10 +116,12 @@ async def test_the_listening_session_asks_the_server_for_tcp_keepalives(pg_url: 
 async def test_a_store_whose_connections_went_silent_still_closes(pg_url: str) -> None:
     """A shutdown while the network between Teammate and its database is black-holed (every
     connection open is silent): closing gives up on the goodbyes within a bound, so the
-    process can exit and another instance take over."""
+    process can exit and another instance take over (the lease handed over at close is
+    left to expire then)."""
     async with proxy_to(pg_url) as proxy:
         a = await PostgresStore.open(through(pg_url, proxy.port))
-        await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")  # a pooled one too
+        conversation = await a.get_or_create_conversation(KEY, channel_key="slack:T1:C1")
+        assert await a.acquire_lease(conversation.id)
         assert proxy.silence_open_connections() >= 2
         loop = asyncio.get_running_loop()
         started = loop.time()
