@@ -390,10 +390,10 @@ class Instances:
                 if not task.cancelled():
                     task.exception()  # retrieved: it ended on its way out, nothing to add
         if self._held:  # a clean shutdown hands its conversations over at once
+            # Bounded, else they expire: a shutdown must end within its grace.
             with contextlib.suppress(Exception):
-                await self._pool.execute(
-                    "DELETE FROM conversation_leases WHERE holder = $1",
-                    self.instance_id,
-                    timeout=HANDOVER_TIMEOUT_S,  # else they expire: within a shutdown's grace
-                )
+                async with asyncio.timeout(HANDOVER_TIMEOUT_S):
+                    await self._pool.execute(
+                        "DELETE FROM conversation_leases WHERE holder = $1", self.instance_id
+                    )
         self._queue.put_nowait(None)

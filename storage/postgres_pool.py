@@ -89,10 +89,9 @@ class Pool:
         async with self.acquire() as connection:
             return await connection.fetchval(query, *args)
 
-    async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:
-        """`timeout`: a bound shorter than every statement's (None: that one)."""
+    async def execute(self, query: str, *args: Any) -> str:
         async with self.acquire() as connection:
-            return str(await connection.execute(query, *args, timeout=timeout))
+            return str(await connection.execute(query, *args))
 
     async def close(self) -> None:
         self._closed = True
